@@ -1,0 +1,55 @@
+"""dbqueue: a fast, crash-safe message queue in the application's own relational database.
+
+The core imports no framework. Declare a :class:`QueueSpec`, pick a dialect, and run
+:class:`SplitQueue` operations through an executor over your connection::
+
+    spec = QueueSpec("emails", (Field("to", FieldKind.TEXT, max_length=254),))
+    queue = SplitQueue(spec, get_dialect("postgresql"))
+    queue.push(PsycopgExecutor(conn), {"to": "a@b.c"})
+"""
+
+from dbqueue.backoff import Backoff
+from dbqueue.dialects import Dialect, get_dialect
+from dbqueue.errors import (
+    DBQueueError,
+    InvalidArgument,
+    InvalidPayload,
+    InvalidSpec,
+    NotLeased,
+    PayloadTooLarge,
+    QueueTableMissing,
+    TransactionStateError,
+    UnsupportedDatabase,
+)
+from dbqueue.executor import Executor
+from dbqueue.message import DeliveryMode, Message, QueueStats, RescueResult, State
+from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
+from dbqueue.split import SplitQueue
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Backoff",
+    "DBQueueError",
+    "DeliveryMode",
+    "Dialect",
+    "Executor",
+    "Field",
+    "FieldKind",
+    "InvalidArgument",
+    "InvalidPayload",
+    "InvalidSpec",
+    "Message",
+    "NotLeased",
+    "PayloadTooLarge",
+    "QueueOptions",
+    "QueueSpec",
+    "QueueStats",
+    "QueueTableMissing",
+    "RescueResult",
+    "SplitQueue",
+    "State",
+    "TransactionStateError",
+    "UnsupportedDatabase",
+    "get_dialect",
+]

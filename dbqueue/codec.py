@@ -1,0 +1,196 @@
+"""Payload validation and encoding: Python values in, bound parameters out, and back.
+
+Validation is dialect-independent and happens before any statement runs, so a bad payload is
+refused with an error that names the field and nothing is written. Encoding to the storage
+format is the dialect's (see ``dialects``): PostgreSQL takes most values natively, SQLite
+stores datetimes and UUIDs as text in the formats Django and SQLAlchemy also use, so rows
+written by dbqueue read back correctly through either ORM.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import operator
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from dbqueue.errors import InvalidPayload, PayloadTooLarge
+from dbqueue.spec import Field, FieldKind, QueueSpec
+
+if TYPE_CHECKING:
+    from dbqueue.dialects.base import Dialect
+
+Converter = Callable[[Any], Any]
+
+_INT_RANGES = {
+    FieldKind.SMALLINT: (-(2**15), 2**15 - 1),
+    FieldKind.INTEGER: (-(2**31), 2**31 - 1),
+    FieldKind.BIGINT: (-(2**63), 2**63 - 1),
+}
+
+
+def _fail(spec: QueueSpec, f: Field, value: object, why: str) -> InvalidPayload:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return InvalidPayload(f"queue {spec.table!r}, field {f.name!r}: {why} (got {shown})")
+
+
+def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
+    """Build the check for one field: returns the normalised value and its approximate size."""
+    kind = f.kind
+    aware = spec.options.aware_datetimes
+
+    def check(value: Any) -> tuple[Any, int]:  # noqa: C901 - one branch per kind reads best
+        if value is None:
+            if f.nullable:
+                return None, 0
+            raise _fail(spec, f, value, "is not nullable")
+        if kind in _INT_RANGES:
+            if isinstance(value, bool):
+                raise _fail(spec, f, value, "expects an integer, not a bool")
+            try:
+                number = operator.index(value)
+            except TypeError:
+                raise _fail(spec, f, value, "expects an integer") from None
+            low, high = _INT_RANGES[kind]
+            if not low <= number <= high:
+                raise _fail(spec, f, value, f"is out of range for {kind} ({low}..{high})")
+            return number, 8
+        if kind is FieldKind.TEXT:
+            if not isinstance(value, str):
+                raise _fail(spec, f, value, "expects a str")
+            if f.max_length is not None and len(value) > f.max_length:
+                raise _fail(spec, f, value, f"is {len(value)} characters, max {f.max_length}")
+            if "\x00" in value:
+                raise _fail(spec, f, value, "contains a NUL character, which text cannot store")
+            return value, len(value)
+        if kind is FieldKind.BOOLEAN:
+            if not isinstance(value, bool):
+                raise _fail(spec, f, value, "expects a bool")
+            return value, 1
+        if kind is FieldKind.FLOAT:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise _fail(spec, f, value, "expects a float")
+            return float(value), 8
+        if kind is FieldKind.DECIMAL:
+            return _check_decimal(spec, f, value), 16
+        if kind is FieldKind.DATETIME:
+            if not isinstance(value, dt.datetime):
+                raise _fail(spec, f, value, "expects a datetime")
+            has_tz = value.utcoffset() is not None
+            if aware and not has_tz:
+                raise _fail(spec, f, value, "is a naive datetime; time zone support is on, "
+                            "pass an aware datetime (e.g. django.utils.timezone.now())")
+            if not aware and has_tz:
+                raise _fail(spec, f, value, "is an aware datetime but time zone support is off")
+            return value, 8
+        if kind is FieldKind.DATE:
+            if not isinstance(value, dt.date) or isinstance(value, dt.datetime):
+                raise _fail(spec, f, value, "expects a date")
+            return value, 4
+        if kind is FieldKind.JSON:
+            try:
+                text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise _fail(spec, f, value, f"is not JSON-encodable: {exc}") from None
+            if "\\u0000" in text:
+                raise _fail(spec, f, value, "contains a NUL character, which JSON columns reject")
+            return text, len(text)
+        if kind is FieldKind.BYTES:
+            if not isinstance(value, bytes | bytearray | memoryview):
+                raise _fail(spec, f, value, "expects bytes")
+            return bytes(value), len(value)
+        if kind is FieldKind.UUID:
+            if isinstance(value, uuid.UUID):
+                return value, 16
+            try:
+                return uuid.UUID(str(value)), 16
+            except ValueError:
+                raise _fail(spec, f, value, "expects a UUID") from None
+        raise AssertionError(kind)  # pragma: no cover - FieldKind is closed
+
+    return check
+
+
+def _check_decimal(spec: QueueSpec, f: Field, value: Any) -> decimal.Decimal:
+    if isinstance(value, bool) or not isinstance(value, decimal.Decimal | int | float | str):
+        raise _fail(spec, f, value, "expects a Decimal")
+    try:
+        number = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
+    except decimal.InvalidOperation:
+        raise _fail(spec, f, value, "expects a Decimal") from None
+    if not number.is_finite():
+        raise _fail(spec, f, value, "must be finite")
+    if f.decimal_places is not None:
+        try:
+            number = number.quantize(decimal.Decimal(1).scaleb(-f.decimal_places))
+        except decimal.InvalidOperation:
+            raise _fail(spec, f, value, "does not fit the column") from None
+    if f.max_digits is not None:
+        digits = len(number.as_tuple().digits)
+        if digits > f.max_digits:
+            raise _fail(spec, f, value, f"has {digits} digits, max {f.max_digits}")
+    return number
+
+
+class Codec:
+    """Validates and encodes payloads of one queue for one dialect; decodes rows back."""
+
+    def __init__(self, spec: QueueSpec, dialect: Dialect) -> None:
+        self.spec = spec
+        self.names = spec.field_names
+        self._required = frozenset(
+            f.name for f in spec.fields if not (f.has_default or f.nullable)
+        )
+        self._known = frozenset(self.names)
+        self._checks = [_validator(spec, f) for f in spec.fields]
+        self._encoders: list[Converter | None] = [dialect.encoder(f.kind) for f in spec.fields]
+        self._decoders = [
+            (i, conv)
+            for i, f in enumerate(spec.fields)
+            if (conv := dialect.decoder(f.kind, spec.options.aware_datetimes)) is not None
+        ]
+        self._limit = spec.options.max_payload_bytes
+
+    def encode(self, payload: Mapping[str, Any]) -> list[Any]:
+        """Return the bound values of ``payload`` in field order, or raise InvalidPayload."""
+        if payload.keys() - self._known or self._required - payload.keys():
+            self._raise_names(payload)
+        values: list[Any] = []
+        size = 0
+        for name, check, enc in zip(self.names, self._checks, self._encoders, strict=True):
+            value, n = check(payload.get(name))
+            size += n
+            values.append(enc(value) if enc is not None and value is not None else value)
+        if size > self._limit:
+            raise PayloadTooLarge(
+                f"queue {self.spec.table!r}: payload is about {size} bytes, more than "
+                f"max_payload_bytes={self._limit}; store large content elsewhere and enqueue a "
+                f"reference"
+            )
+        return values
+
+    def _raise_names(self, payload: Mapping[str, Any]) -> None:
+        unknown = sorted(payload.keys() - self._known)
+        missing = sorted(self._required - payload.keys())
+        parts = []
+        if unknown:
+            parts.append(f"unknown field(s) {', '.join(map(repr, unknown))}")
+        if missing:
+            parts.append(f"missing field(s) {', '.join(map(repr, missing))}")
+        raise InvalidPayload(
+            f"queue {self.spec.table!r}: {'; '.join(parts)}; its fields are "
+            f"{', '.join(self.names) or '(none)'}"
+        )
+
+    def decode(self, row: Sequence[Any], offset: int = 0) -> dict[str, Any]:
+        """Turn the payload columns of a row (starting at ``offset``) into a dict."""
+        values = list(row[offset : offset + len(self.names)])
+        for i, conv in self._decoders:
+            if values[i] is not None:
+                values[i] = conv(values[i])
+        return dict(zip(self.names, values, strict=True))

@@ -1,0 +1,1 @@
+"""Executors over bare DB-API connections, for using the core without a framework."""

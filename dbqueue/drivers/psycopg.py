@@ -1,0 +1,54 @@
+"""An executor over a psycopg 3 connection."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from typing import Any, LiteralString, cast
+
+import psycopg
+from psycopg import pq
+
+from dbqueue.dialects import PostgreSQL, get_dialect
+from dbqueue.dialects.base import Dialect
+from dbqueue.executor import Row, is_missing_table, missing_table
+
+
+class PsycopgExecutor:
+    """Runs statements on one psycopg connection, prepared server-side.
+
+    With an autocommit connection each operation commits on its own (what at-most-once and
+    at-least-once pops need); inside ``with conn.transaction():`` operations join it.
+    """
+
+    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+        self.connection = connection
+
+    @property
+    def dialect(self) -> Dialect:
+        return _POSTGRESQL
+
+    def execute(self, sql: str, params: Mapping[str, Any]) -> list[Row]:
+        # A plain Cursor, whatever the connection's cursor_factory: Django, for one, installs
+        # ClientCursor, which interpolates values client-side and never prepares.
+        cursor = psycopg.Cursor(self.connection)
+        try:
+            # The SQL was rendered from validated identifiers only; values stay bound.
+            cursor.execute(cast(LiteralString, sql), params, prepare=True)
+            return cursor.fetchall() if cursor.pgresult and cursor.description else []
+        except psycopg.Error as exc:
+            if is_missing_table(exc):
+                raise missing_table(exc) from exc
+            raise
+        finally:
+            cursor.close()
+
+    def in_transaction(self) -> bool:
+        status = self.connection.info.transaction_status
+        return not self.connection.autocommit or status != pq.TransactionStatus.IDLE
+
+    def atomic(self) -> AbstractContextManager[object]:
+        return self.connection.transaction()
+
+
+_POSTGRESQL = get_dialect(PostgreSQL.name)

@@ -1,0 +1,96 @@
+"""What a pop returns, item states and delivery modes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from dbqueue.errors import InvalidArgument
+
+
+class State(IntEnum):
+    """The ``state`` column of the meta table."""
+
+    READY = 0
+    LEASED = 1
+    DONE = 2
+    FAILED = 3
+
+    @classmethod
+    def parse(cls, value: State | str | int) -> State:
+        """Accept a State, its name in any case ("failed") or its number."""
+        try:
+            if isinstance(value, str):
+                return cls[value.upper()]
+            return cls(value)
+        except (KeyError, ValueError):
+            names = ", ".join(s.name.lower() for s in cls)
+            raise InvalidArgument(f"unknown state {value!r}; use one of {names}") from None
+
+
+class DeliveryMode(StrEnum):
+    """How ``pop_batch`` hands items over (see the design notes)."""
+
+    AT_MOST_ONCE = "at_most_once"
+    AT_LEAST_ONCE = "at_least_once"
+    TRANSACTIONAL = "transactional"
+
+    @classmethod
+    def parse(cls, value: DeliveryMode | str) -> DeliveryMode:
+        try:
+            return cls(value)
+        except ValueError:
+            modes = ", ".join(m.value for m in cls)
+            raise InvalidArgument(f"unknown delivery mode {value!r}; use one of {modes}") from None
+
+
+@dataclass(slots=True)
+class Message:
+    """One popped item: its meta columns and its payload."""
+
+    id: int
+    attempts: int
+    priority: int
+    run_at: dt.datetime
+    lease_until: dt.datetime | None
+    enqueued_at: dt.datetime
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def token(self) -> tuple[int, int]:
+        """The lease token: ack/fail/extend change the row only while it still matches."""
+        return (self.id, self.attempts)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Counts per state and the age of the oldest due item."""
+
+    ready: int
+    scheduled: int
+    leased: int
+    expired: int
+    done: int
+    failed: int
+    oldest_ready_age: dt.timedelta | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ready": self.ready,
+            "scheduled": self.scheduled,
+            "leased": self.leased,
+            "expired": self.expired,
+            "done": self.done,
+            "failed": self.failed,
+            "oldest_ready_age": self.oldest_ready_age,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RescueResult:
+    """What a rescue run did: expired leases made ready again, or failed for good."""
+
+    ready: int = 0
+    failed: int = 0

@@ -1,0 +1,155 @@
+"""The validated description of a queue: its table, payload fields and options.
+
+Identifiers that reach SQL come only from a :class:`QueueSpec`, which checks them against an
+allow-list pattern and PostgreSQL's 63-byte identifier limit *including* every suffix a layout
+adds, so that quoting by the dialect is a second line of defence rather than the only one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+
+from dbqueue.backoff import Backoff
+from dbqueue.errors import InvalidSpec
+
+#: Lower-case ASCII identifiers only: the same spelling works unquoted and quoted on every
+#: database we support, and no user text can smuggle a quote or a schema prefix in.
+IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
+MAX_IDENTIFIER_BYTES = 63
+#: The longest suffix any layout appends to the table name (``<t>_push_seq`` needs 9).
+LONGEST_SUFFIX = max(len(s) for s in ("_meta", "_push_seq", "_pop_seq", "_failed", "_stage"))
+MAX_TABLE_NAME = MAX_IDENTIFIER_BYTES - LONGEST_SUFFIX
+
+#: Column names the layouts use themselves; a payload field cannot take them.
+RESERVED_NAMES = frozenset(
+    {
+        "id", "state", "priority", "run_at", "attempts", "lease_until", "enqueued_at",
+        "last_error", "slot", "seq", "pushed_at", "item", "queue_meta", "delay", "mode",
+        "using", "token",
+    }
+)  # fmt: skip
+
+PRIORITY_MIN, PRIORITY_MAX = -32768, 32767  # smallint
+MAX_ATTEMPTS_LIMIT = 32767  # attempts is a smallint
+
+
+class FieldKind(StrEnum):
+    """The value types a payload field may have; each dialect maps them to a column type."""
+
+    SMALLINT = "smallint"
+    INTEGER = "integer"
+    BIGINT = "bigint"
+    FLOAT = "float"
+    DECIMAL = "decimal"
+    TEXT = "text"
+    BOOLEAN = "boolean"
+    DATETIME = "datetime"
+    DATE = "date"
+    JSON = "json"
+    BYTES = "bytes"
+    UUID = "uuid"
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One payload column."""
+
+    name: str
+    kind: FieldKind
+    nullable: bool = False
+    max_length: int | None = None  # TEXT only: a varchar(n) column
+    max_digits: int | None = None  # DECIMAL only
+    decimal_places: int | None = None  # DECIMAL only
+    has_default: bool = False  # the caller may leave it out of a push
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    """Per-queue behaviour. Every option has a default suited to a typical job queue."""
+
+    max_attempts: int = 5
+    lease: timedelta = timedelta(seconds=60)
+    backoff: Backoff = field(default_factory=Backoff)
+    max_payload_bytes: int = 256 * 1024
+    push_many_batch: int = 1000
+    rescue_batch: int = 500
+    #: Datetime payloads must carry a time zone (Django's USE_TZ=True, SQLAlchemy timezone=True).
+    aware_datetimes: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
+            raise InvalidSpec(
+                f"max_attempts must be between 1 and {MAX_ATTEMPTS_LIMIT}, got {self.max_attempts}"
+            )
+        if not isinstance(self.lease, timedelta) or self.lease <= timedelta(0):
+            raise InvalidSpec(f"lease must be a positive timedelta, got {self.lease!r}")
+        for name in ("max_payload_bytes", "push_many_batch", "rescue_batch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidSpec(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_identifier(name: str, what: str, max_bytes: int = MAX_IDENTIFIER_BYTES) -> str:
+    """Return ``name`` if it is a safe identifier, else raise :class:`InvalidSpec`."""
+    if not isinstance(name, str) or not IDENTIFIER.match(name):
+        raise InvalidSpec(
+            f"{what} {name!r} is not a valid identifier: use lower-case letters, digits and "
+            f"underscores, starting with a letter or underscore"
+        )
+    if len(name.encode()) > max_bytes:
+        raise InvalidSpec(
+            f"{what} {name!r} is {len(name.encode())} bytes long; at most {max_bytes} are allowed "
+            f"so that every derived name fits PostgreSQL's {MAX_IDENTIFIER_BYTES}-byte limit"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """A queue: its data table name, payload fields (in column order) and options.
+
+    The meta table is ``<table>_meta``; index names are derived by :meth:`index_name`.
+    """
+
+    table: str
+    fields: tuple[Field, ...]
+    options: QueueOptions = field(default_factory=QueueOptions)
+
+    def __post_init__(self) -> None:
+        check_identifier(self.table, "queue table name", MAX_TABLE_NAME)
+        seen: set[str] = set()
+        for f in self.fields:
+            check_identifier(f.name, f"field name of queue {self.table!r}")
+            if f.name in RESERVED_NAMES:
+                raise InvalidSpec(
+                    f"field {f.name!r} of queue {self.table!r} uses a reserved name; reserved: "
+                    f"{', '.join(sorted(RESERVED_NAMES))}"
+                )
+            if f.name in seen:
+                raise InvalidSpec(f"field {f.name!r} of queue {self.table!r} is declared twice")
+            seen.add(f.name)
+            if f.max_length is not None and (f.kind is not FieldKind.TEXT or f.max_length < 1):
+                raise InvalidSpec(f"max_length applies to text fields only ({f.name!r})")
+
+    @property
+    def meta_table(self) -> str:
+        return f"{self.table}_meta"
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def index_name(self, purpose: str) -> str:
+        """A short, deterministic index name (Django caps index names at 30 characters)."""
+        digest = hashlib.sha1(self.table.encode(), usedforsecurity=False).hexdigest()[:10]
+        return f"dbq_{digest}_{purpose}"
+
+    @property
+    def lock_key(self) -> int:
+        """A signed 64-bit advisory-lock key, stable across processes, for this queue."""
+        digest = hashlib.blake2b(f"dbqueue:{self.table}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big", signed=True)

@@ -1,0 +1,90 @@
+"""Named SQL statements, one file per dialect and layout (``sql/<dialect>/<layout>.sql``).
+
+A file is a sequence of blocks, each introduced by a line ``-- name --``. A block is one
+statement, or (where a dialect lacks data-modifying CTEs) a few statements separated by ``;`` at
+the end of a line, which the core runs in one transaction. Comment lines are dropped so the text
+sent to the server, and so the prepared-statement cache key, stays compact.
+
+Braced placeholders are filled by :func:`render` with identifiers taken from a validated
+:class:`~dbqueue.spec.QueueSpec` and quoted by the dialect; values are always bound parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+from dbqueue.dialects.base import Dialect
+from dbqueue.spec import QueueSpec
+
+_HEADER = re.compile(r"^-- ([a-z_]+) --$")
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """A named statement: one SQL text, or a block of texts run in one transaction."""
+
+    name: str
+    parts: tuple[str, ...]
+
+
+@cache
+def load(dialect: str, layout: str) -> dict[str, tuple[str, ...]]:
+    """The raw (unrendered) blocks of ``sql/<dialect>/<layout>.sql``, by name."""
+    text = resources.files(__package__).joinpath(dialect, f"{layout}.sql").read_text("utf-8")
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        header = _HEADER.match(line)
+        if header:
+            current = blocks.setdefault(header.group(1), [])
+        elif current is not None and line.strip() and not line.lstrip().startswith("--"):
+            current.append(line.rstrip())
+    return {name: _split("\n".join(lines)) for name, lines in blocks.items()}
+
+
+def _split(body: str) -> tuple[str, ...]:
+    parts = [p.strip() for p in re.split(r";\s*$", body, flags=re.MULTILINE)]
+    return tuple(p for p in parts if p)
+
+
+def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
+    """The identifier fragments the split-layout statements are written with."""
+    q = dialect.quote
+    fields = spec.fields
+    params = [dialect.payload_param(f"p{i}", f) for i, f in enumerate(fields)]
+    if not dialect.supports_array_params:
+        unnest_source = ""
+    elif fields:
+        arrays = ", ".join(
+            f"{dialect.param(f'c{i}')}::{dialect.array_type(f.kind)}" for i, f in enumerate(fields)
+        )
+        names = ", ".join(f"c{i}" for i in range(len(fields)))
+        unnest_source = f"unnest({arrays}) WITH ORDINALITY AS r({names}, ord)"
+    else:
+        unnest_source = f"generate_series(1, {dialect.param('count')}) WITH ORDINALITY AS r(x, ord)"
+    data, meta = q(spec.table), q(spec.meta_table)
+    return {
+        "data": data,
+        "meta": meta,
+        "insert_columns": ", ".join([*(q(f.name) for f in fields), "enqueued_at"]),
+        "payload_params": "".join(f"{p}, " for p in params),
+        "d_payload": "".join(f", {dialect.payload_select('d', f)}" for f in fields),
+        "m_payload": "".join(
+            f", (SELECT {dialect.payload_select('d', f)} FROM {data} AS d WHERE d.id = {meta}.id)"
+            for f in fields
+        ),
+        "r_payload": "".join(f"r.c{i}, " for i in range(len(fields))),
+        "unnest_source": unnest_source,
+    }
+
+
+def render(spec: QueueSpec, dialect: Dialect, layout: str) -> dict[str, Statement]:
+    """Every statement of ``layout`` for this queue on this dialect, ready to execute."""
+    context = split_context(spec, dialect)
+    return {
+        name: Statement(name, tuple(part.format(**context) for part in parts))
+        for name, parts in load(dialect.name, layout).items()
+    }

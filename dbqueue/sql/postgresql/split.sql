@@ -1,0 +1,216 @@
+-- The split layout on PostgreSQL. Every operation is ONE statement (one round trip, prepared
+-- once per connection): data-modifying CTEs keep the meta and data tables consistent without a
+-- foreign key, which in other queues has caused deadlocks under batch dequeue.
+-- Times come from statement_timestamp(), not now(): now() is the start of the caller's
+-- transaction, and a lease or a due check inside a long transaction must use the present.
+-- Placeholders in braces are identifiers from a validated QueueSpec, quoted by the dialect.
+
+-- split_push --
+WITH d AS (
+    INSERT INTO {data} ({insert_columns})
+    VALUES ({payload_params}statement_timestamp())
+    RETURNING id
+)
+INSERT INTO {meta} (id, state, priority, run_at, attempts)
+SELECT d.id, 0, %(priority)s,
+       COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0
+FROM d
+RETURNING id;
+
+-- split_push_many --
+-- One statement per batch: one array per column, unnested in input order. Identity values are
+-- taken in that order, so ids sorted ascending are the input order.
+WITH d AS (
+    INSERT INTO {data} ({insert_columns})
+    SELECT {r_payload}statement_timestamp()
+    FROM {unnest_source}
+    ORDER BY r.ord
+    RETURNING id
+), m AS (
+    INSERT INTO {meta} (id, state, priority, run_at, attempts)
+    SELECT d.id, 0, %(priority)s,
+           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0
+    FROM d
+)
+SELECT id FROM d ORDER BY id;
+
+-- split_pop_leased --
+-- LIMIT ... FOR UPDATE SKIP LOCKED sits in its own CTE: inside IN (...) the planner may run
+-- the subquery again and lock more rows than asked for.
+WITH picked AS (
+    SELECT id FROM {meta}
+    WHERE state = 0 AND run_at <= statement_timestamp()
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), m AS (
+    UPDATE {meta} AS m
+    SET state = 1, attempts = m.attempts + 1,
+        lease_until = statement_timestamp() + %(lease)s::interval
+    FROM picked
+    WHERE m.id = picked.id
+    RETURNING m.id, m.attempts, m.priority, m.run_at, m.lease_until
+)
+SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at{d_payload}
+FROM m JOIN {data} AS d ON d.id = m.id
+ORDER BY m.priority DESC, m.run_at, m.id;
+
+-- split_pop_remove --
+-- at_most_once (autocommit) and transactional (inside the caller's transaction) share this:
+-- the difference is only who commits.
+WITH picked AS (
+    SELECT id FROM {meta}
+    WHERE state = 0 AND run_at <= statement_timestamp()
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), m AS (
+    DELETE FROM {meta} AS m USING picked
+    WHERE m.id = picked.id
+    RETURNING m.id, m.attempts, m.priority, m.run_at
+), d AS (
+    DELETE FROM {data} AS d USING m
+    WHERE d.id = m.id
+    RETURNING d.*
+)
+SELECT m.id, m.attempts + 1, m.priority, m.run_at, NULL::timestamptz, d.enqueued_at{d_payload}
+FROM m JOIN d ON d.id = m.id
+ORDER BY m.priority DESC, m.run_at, m.id;
+
+-- split_ack --
+-- Fenced: only rows still leased under the caller's token (id, attempts) are removed, so a
+-- worker whose lease expired cannot ack the redelivered copy. strict = all or nothing.
+-- Rows are locked in id order so that overlapping acks cannot deadlock.
+WITH tok AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::smallint[]) AS t(id, attempts)
+), mine AS (
+    SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
+    WHERE m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
+    ORDER BY m.id
+    FOR UPDATE OF m
+), allowed AS (
+    SELECT id FROM mine
+    WHERE NOT %(strict)s OR (SELECT count(*) FROM mine) = %(count)s
+), m AS (
+    DELETE FROM {meta} AS m USING allowed
+    WHERE m.id = allowed.id
+    RETURNING m.id
+), d AS (
+    DELETE FROM {data} AS d USING m
+    WHERE d.id = m.id
+)
+SELECT id FROM m;
+
+-- split_fail --
+-- Back to ready after the back-off delay computed by the caller, or failed (state 3) once
+-- attempts reached max_attempts; the error text goes to the data table. For a failed row,
+-- run_at records when it failed.
+WITH tok AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::smallint[], %(delays)s::interval[],
+                         %(errors)s::text[]) AS t(id, attempts, delay, error)
+), mine AS (
+    SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
+    WHERE m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
+    ORDER BY m.id
+    FOR UPDATE OF m
+), allowed AS (
+    SELECT id FROM mine
+    WHERE NOT %(strict)s OR (SELECT count(*) FROM mine) = %(count)s
+), m AS (
+    UPDATE {meta} AS m
+    SET state = CASE WHEN m.attempts >= %(max_attempts)s THEN 3 ELSE 0 END,
+        run_at = CASE WHEN m.attempts >= %(max_attempts)s THEN statement_timestamp()
+                      ELSE statement_timestamp() + tok.delay END,
+        lease_until = NULL
+    FROM allowed JOIN tok ON tok.id = allowed.id
+    WHERE m.id = allowed.id
+    RETURNING m.id, m.state
+), d AS (
+    UPDATE {data} AS d SET last_error = tok.error
+    FROM m JOIN tok ON tok.id = m.id
+    WHERE d.id = m.id
+)
+SELECT id, state FROM m;
+
+-- split_extend --
+-- Heartbeat: a worker still busy with its batch pushes the leases it holds further out.
+WITH tok AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::smallint[]) AS t(id, attempts)
+)
+UPDATE {meta} AS m
+SET lease_until = statement_timestamp() + %(lease)s::interval
+FROM tok
+WHERE m.id = tok.id AND m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
+RETURNING m.id;
+
+-- split_not_leased --
+-- Diagnosis for NotLeased errors only (never on the hot path).
+SELECT t.id
+FROM unnest(%(ids)s::bigint[], %(attempts)s::smallint[]) AS t(id, attempts)
+LEFT JOIN {meta} AS m
+  ON m.id = t.id AND m.state = 1 AND m.attempts = COALESCE(t.attempts, m.attempts)
+WHERE m.id IS NULL;
+
+-- split_retry --
+UPDATE {meta}
+SET state = 0, attempts = 0, run_at = statement_timestamp(), lease_until = NULL
+WHERE id = ANY(%(ids)s::bigint[]) AND state = 3
+RETURNING id;
+
+-- split_rescue --
+-- One rescuer at a time per queue: a transaction-scoped advisory lock, tried not awaited.
+-- Small batches (LIMIT) keep each run short; the caller loops.
+WITH lock AS (
+    SELECT pg_try_advisory_xact_lock(%(lock_key)s) AS got
+), expired AS (
+    SELECT m.id FROM {meta} AS m
+    WHERE m.state = 1 AND m.lease_until < statement_timestamp() AND (SELECT got FROM lock)
+    ORDER BY m.lease_until
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), m AS (
+    UPDATE {meta} AS m
+    SET state = CASE WHEN m.attempts >= %(max_attempts)s THEN 3 ELSE 0 END,
+        run_at = statement_timestamp(), lease_until = NULL
+    FROM expired
+    WHERE m.id = expired.id
+    RETURNING m.id, m.state
+), d AS (
+    UPDATE {data} AS d SET last_error = %(error)s
+    FROM m
+    WHERE d.id = m.id
+)
+SELECT id, state FROM m;
+
+-- split_stats --
+SELECT count(*) FILTER (WHERE state = 0 AND run_at <= statement_timestamp()),
+       count(*) FILTER (WHERE state = 0 AND run_at > statement_timestamp()),
+       count(*) FILTER (WHERE state = 1),
+       count(*) FILTER (WHERE state = 1 AND lease_until < statement_timestamp()),
+       count(*) FILTER (WHERE state = 2),
+       count(*) FILTER (WHERE state = 3),
+       min(run_at) FILTER (WHERE state = 0 AND run_at <= statement_timestamp()),
+       statement_timestamp()
+FROM {meta};
+
+-- split_purge --
+WITH m AS (
+    DELETE FROM {meta}
+    WHERE %(state)s::smallint IS NULL OR state = %(state)s::smallint
+    RETURNING id
+), d AS (
+    DELETE FROM {data} AS d USING m
+    WHERE d.id = m.id
+)
+SELECT id FROM m;
+
+-- split_delete --
+WITH m AS (
+    DELETE FROM {meta}
+    WHERE id = ANY(%(ids)s::bigint[])
+    RETURNING id
+), d AS (
+    DELETE FROM {data}
+    WHERE id = ANY(%(ids)s::bigint[])
+)
+SELECT id FROM m;

@@ -1,0 +1,143 @@
+-- The split layout on SQLite (>= 3.35 for RETURNING). SQLite has no data-modifying CTEs, so an
+-- operation that changes both tables is a short block of statements that the core runs in one
+-- transaction (BEGIN IMMEDIATE, or a savepoint inside the caller's). SQLite runs in-process:
+-- a statement costs a function call, not a round trip. SQLite has one writer at a time, so
+-- there is nothing to SKIP LOCKED. Blocks start with a write, so a deferred transaction takes
+-- the write lock at once instead of failing to upgrade a read lock later.
+-- In a block, after the statement that returns rows, :ids is bound to the JSON array of the
+-- first column of those rows. Times are bound from Python (:now etc.) as UTC text.
+
+-- split_push --
+INSERT INTO {data} ({insert_columns})
+VALUES ({payload_params}:now);
+INSERT INTO {meta} (id, state, priority, run_at, attempts)
+VALUES (last_insert_rowid(), 0, :priority, :run_at, 0)
+RETURNING id;
+
+-- split_push_many --
+-- No array parameters: the core runs this block once per row inside one transaction.
+INSERT INTO {data} ({insert_columns})
+VALUES ({payload_params}:now);
+INSERT INTO {meta} (id, state, priority, run_at, attempts)
+VALUES (last_insert_rowid(), 0, :priority, :run_at, 0)
+RETURNING id;
+
+-- split_pop_leased --
+-- Correlated subqueries in RETURNING read the payload by primary key in the same statement
+-- (RETURNING cannot see a table alias, hence the table's own name in them).
+UPDATE {meta}
+SET state = 1, attempts = attempts + 1, lease_until = :lease_until
+WHERE id IN (
+    SELECT id FROM {meta}
+    WHERE state = 0 AND run_at <= :now
+    ORDER BY priority DESC, run_at, id
+    LIMIT :n
+)
+RETURNING id, attempts, priority, run_at, lease_until,
+          (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
+
+-- split_pop_remove --
+DELETE FROM {meta}
+WHERE id IN (
+    SELECT id FROM {meta}
+    WHERE state = 0 AND run_at <= :now
+    ORDER BY priority DESC, run_at, id
+    LIMIT :n
+)
+RETURNING id, attempts + 1, priority, run_at, NULL,
+          (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
+DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- split_ack --
+WITH tok AS (
+    SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS attempts
+    FROM json_each(:tokens)
+), mine AS (
+    SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
+    WHERE m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
+)
+DELETE FROM {meta}
+WHERE id IN (SELECT id FROM mine WHERE NOT :strict OR (SELECT count(*) FROM mine) = :count)
+RETURNING id;
+DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- split_fail --
+WITH tok AS (
+    SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS attempts,
+           json_extract(value, '$[2]') AS run_at
+    FROM json_each(:tokens)
+), mine AS (
+    SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
+    WHERE m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
+)
+UPDATE {meta} AS m
+SET state = CASE WHEN attempts >= :max_attempts THEN 3 ELSE 0 END,
+    run_at = CASE WHEN attempts >= :max_attempts THEN :now
+                  ELSE (SELECT tok.run_at FROM tok WHERE tok.id = m.id) END,
+    lease_until = NULL
+WHERE id IN (SELECT id FROM mine WHERE NOT :strict OR (SELECT count(*) FROM mine) = :count)
+RETURNING id, state;
+UPDATE {data}
+SET last_error = (SELECT json_extract(t.value, '$[3]') FROM json_each(:tokens) AS t
+                  WHERE json_extract(t.value, '$[0]') = {data}.id)
+WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- split_extend --
+UPDATE {meta} AS m
+SET lease_until = :lease_until
+WHERE state = 1 AND EXISTS (
+    SELECT 1 FROM json_each(:tokens) AS t
+    WHERE json_extract(t.value, '$[0]') = m.id
+      AND COALESCE(json_extract(t.value, '$[1]'), m.attempts) = m.attempts
+)
+RETURNING id;
+
+-- split_not_leased --
+SELECT json_extract(t.value, '$[0]')
+FROM json_each(:tokens) AS t
+WHERE NOT EXISTS (
+    SELECT 1 FROM {meta} AS m
+    WHERE m.id = json_extract(t.value, '$[0]') AND m.state = 1
+      AND m.attempts = COALESCE(json_extract(t.value, '$[1]'), m.attempts)
+);
+
+-- split_retry --
+UPDATE {meta}
+SET state = 0, attempts = 0, run_at = :now, lease_until = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 3
+RETURNING id;
+
+-- split_rescue --
+-- SQLite serialises writers, so two rescuers simply run one after the other.
+UPDATE {meta}
+SET state = CASE WHEN attempts >= :max_attempts THEN 3 ELSE 0 END,
+    run_at = :now, lease_until = NULL
+WHERE id IN (
+    SELECT id FROM {meta}
+    WHERE state = 1 AND lease_until < :now
+    ORDER BY lease_until
+    LIMIT :n
+)
+RETURNING id, state;
+UPDATE {data} SET last_error = :error WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- split_stats --
+SELECT coalesce(sum(state = 0 AND run_at <= :now), 0),
+       coalesce(sum(state = 0 AND run_at > :now), 0),
+       coalesce(sum(state = 1), 0),
+       coalesce(sum(state = 1 AND lease_until < :now), 0),
+       coalesce(sum(state = 2), 0),
+       coalesce(sum(state = 3), 0),
+       min(CASE WHEN state = 0 AND run_at <= :now THEN run_at END),
+       :now
+FROM {meta};
+
+-- split_purge --
+DELETE FROM {meta}
+WHERE :state IS NULL OR state = :state
+RETURNING id;
+DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- split_delete --
+DELETE FROM {meta} WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id;
+DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
