@@ -1,0 +1,72 @@
+# dbqueue development tasks. `make` (or `make help`) lists them.
+#
+# Everything runs from a virtualenv in $(VENV), created on first use with the
+# Python >= 3.12 that scripts/find-python picks (set PYTHON= to choose one).
+# The project is reinstalled into it only when pyproject.toml changes.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help venv demo test lint format typecheck check docs docs-serve clean distclean
+
+help: ## List the targets with a one-line description
+	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
+	@echo
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+venv: $(STAMP) ## Create the venv with Python >= 3.12 and install dbqueue[dev] (editable)
+
+# (Re)create the venv if it is missing or its interpreter no longer runs or is
+# older than 3.12, then install. The stamp makes re-runs instant.
+$(STAMP): pyproject.toml
+	@if ! $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then \
+		python="$$(scripts/find-python)" || exit 1; \
+		if [ -e "$(VENV)" ] && [ ! -f "$(VENV)/pyvenv.cfg" ]; then \
+			echo "$(VENV) exists and is not a virtualenv; remove it or set VENV=" >&2; exit 1; \
+		fi; \
+		echo "Creating $(VENV) with $$python"; \
+		"$$python" -m venv --clear "$(VENV)" || exit 1; \
+	fi
+	$(PY) -m pip install --upgrade pip
+	@echo "$(PY) -m pip install -e '.[dev]'"
+	@$(PY) -m pip install -e '.[dev]' || { \
+		echo "make: installing dbqueue[dev] into $(VENV) failed. If a package has no wheel for" >&2; \
+		echo "this Python ($$($(PY) -V 2>&1)), recreate the venv with a Python 3.12:" >&2; \
+		echo "    make distclean && PYTHON=/path/to/python3.12 make venv" >&2; \
+		exit 1; }
+	@touch $@
+
+demo: venv ## Run the example shop's demo (embedded PostgreSQL unless DATABASE_URL is set)
+	cd example_project && $(abspath $(PY)) manage.py demo
+
+test: venv ## Run the whole test suite (PostgreSQL and SQLite); extra pytest args via PYTEST_ARGS
+	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
+
+lint: venv ## Check the code with ruff (lint and formatting)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: venv ## Format the code with ruff and apply ruff's safe fixes
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+typecheck: venv ## Type-check dbqueue and dbqueue_django with mypy (strict)
+	$(VENV)/bin/mypy dbqueue dbqueue_django
+
+check: lint typecheck test ## Run lint, typecheck and test
+
+docs: venv ## Build the documentation into site/ (mkdocs --strict)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: venv ## Serve the documentation with live reload on http://127.0.0.1:8000
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+clean: ## Remove build output and tool caches (keeps the venv)
+	rm -rf build/ site/ .pytest_cache .mypy_cache .ruff_cache example_project/demo-data
+
+distclean: clean ## Remove everything clean removes, and the venv
+	rm -rf "$(VENV)"
