@@ -57,6 +57,8 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
             except TypeError:
                 raise _fail(spec, f, value, "expects an integer") from None
             low, high = _INT_RANGES[kind]
+            if f.min_value is not None:
+                low = max(low, f.min_value)
             if not low <= number <= high:
                 raise _fail(spec, f, value, f"is out of range for {kind} ({low}..{high})")
             return number, 8

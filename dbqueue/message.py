@@ -56,6 +56,7 @@ class Message:
     run_at: dt.datetime
     lease_until: dt.datetime | None
     enqueued_at: dt.datetime
+    last_error: str | None = None
     payload: dict[str, Any] = field(default_factory=dict)
 
     @property

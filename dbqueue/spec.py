@@ -29,7 +29,7 @@ RESERVED_NAMES = frozenset(
     {
         "id", "state", "priority", "run_at", "attempts", "lease_until", "enqueued_at",
         "last_error", "slot", "seq", "pushed_at", "item", "queue_meta", "delay", "mode",
-        "using", "token",
+        "using", "token", "queue",
     }
 )  # fmt: skip
 
@@ -65,6 +65,7 @@ class Field:
     max_digits: int | None = None  # DECIMAL only
     decimal_places: int | None = None  # DECIMAL only
     has_default: bool = False  # the caller may leave it out of a push
+    min_value: int | None = None  # integers only: e.g. 0 for Django's Positive*Field
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,13 @@ class QueueOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidSpec(f"{name} must be a positive integer, got {value!r}")
+
+
+def index_name(table: str, purpose: str) -> str:
+    """A short, deterministic index name: Django caps index names at 30 characters, so the
+    table name is hashed rather than embedded."""
+    digest = hashlib.sha1(table.encode(), usedforsecurity=False).hexdigest()[:10]
+    return f"dbq_{digest}_{purpose}"
 
 
 def check_identifier(name: str, what: str, max_bytes: int = MAX_IDENTIFIER_BYTES) -> str:
@@ -144,9 +152,8 @@ class QueueSpec:
         return tuple(f.name for f in self.fields)
 
     def index_name(self, purpose: str) -> str:
-        """A short, deterministic index name (Django caps index names at 30 characters)."""
-        digest = hashlib.sha1(self.table.encode(), usedforsecurity=False).hexdigest()[:10]
-        return f"dbq_{digest}_{purpose}"
+        """The name of this queue's ``purpose`` index (see :func:`index_name`)."""
+        return index_name(self.table, purpose)
 
     @property
     def lock_key(self) -> int:

@@ -233,7 +233,7 @@ class SplitQueue:
         t = self.dialect.time_result
         decode = self.codec.decode
         messages = [
-            Message(r[0], r[1], r[2], t(r[3]), t(r[4]), t(r[5]), decode(r, 6))  # type: ignore[arg-type]
+            Message(r[0], r[1], r[2], t(r[3]), t(r[4]), t(r[5]), r[6], decode(r, 7))  # type: ignore[arg-type]
             for r in rows
         ]
         if not self.dialect.orders_returning:

@@ -45,12 +45,21 @@ def _utc_text(value: dt.datetime) -> str:
     return value.strftime(TIME_FORMAT)
 
 
-def _parse_aware(value: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
+# Connections opened with detect_types (Django's are) convert declared datetime/date/bool/decimal
+# columns themselves; values computed in SQL arrive as text. The decoders accept both.
 
 
-def _parse_naive(value: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(value)
+def _parse_aware(value: str | dt.datetime) -> dt.datetime:
+    parsed = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(value)
+    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed
+
+
+def _parse_naive(value: str | dt.datetime) -> dt.datetime:
+    return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(value)
+
+
+def _parse_date(value: str | dt.date) -> dt.date:
+    return value if isinstance(value, dt.date) else dt.date.fromisoformat(value)
 
 
 def _to_decimal(value: Any) -> decimal.Decimal:
@@ -66,7 +75,7 @@ _ENCODERS: dict[FieldKind, Converter] = {
 }
 
 _DECODERS: dict[FieldKind, Converter] = {
-    FieldKind.DATE: dt.date.fromisoformat,
+    FieldKind.DATE: _parse_date,
     FieldKind.DECIMAL: _to_decimal,
     FieldKind.UUID: uuid.UUID,
     FieldKind.BOOLEAN: bool,

@@ -51,7 +51,7 @@ WITH picked AS (
     WHERE m.id = picked.id
     RETURNING m.id, m.attempts, m.priority, m.run_at, m.lease_until
 )
-SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at{d_payload}
+SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at, d.last_error{d_payload}
 FROM m JOIN {data} AS d ON d.id = m.id
 ORDER BY m.priority DESC, m.run_at, m.id;
 
@@ -73,7 +73,7 @@ WITH picked AS (
     WHERE d.id = m.id
     RETURNING d.*
 )
-SELECT m.id, m.attempts + 1, m.priority, m.run_at, NULL::timestamptz, d.enqueued_at{d_payload}
+SELECT m.id, m.attempts + 1, m.priority, m.run_at, NULL::timestamptz, d.enqueued_at, d.last_error{d_payload}
 FROM m JOIN d ON d.id = m.id
 ORDER BY m.priority DESC, m.run_at, m.id;
 

@@ -34,7 +34,8 @@ WHERE id IN (
     LIMIT :n
 )
 RETURNING id, attempts, priority, run_at, lease_until,
-          (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
+          (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id),
+          (SELECT d.last_error FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
 
 -- split_pop_remove --
 DELETE FROM {meta}
@@ -45,7 +46,8 @@ WHERE id IN (
     LIMIT :n
 )
 RETURNING id, attempts + 1, priority, run_at, NULL,
-          (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
+          (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id),
+          (SELECT d.last_error FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
 DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- split_ack --

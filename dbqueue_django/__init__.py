@@ -1,0 +1,6 @@
+"""dbqueue for Django: declare a queue as a model, push in your view's transaction.
+
+Add ``"dbqueue_django"`` to ``INSTALLED_APPS``, subclass
+:class:`dbqueue_django.models.QueueModel`, run ``makemigrations`` and ``migrate``, then use
+``YourModel.queue``.
+"""

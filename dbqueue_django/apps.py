@@ -1,0 +1,24 @@
+"""App configuration: system checks and post-migrate table tuning."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class DBQueueConfig(AppConfig):
+    name = "dbqueue_django"
+    label = "dbqueue_django"
+    verbose_name = "dbqueue"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from dbqueue_django import checks  # noqa: F401 - registers the checks
+        from dbqueue_django.tuning import tune_tables
+
+        def _tune(sender: AppConfig, using: str, **kwargs: Any) -> None:
+            tune_tables(sender, using)
+
+        post_migrate.connect(_tune, weak=False, dispatch_uid="dbqueue_django.tune")

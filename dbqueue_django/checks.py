@@ -1,0 +1,53 @@
+"""System checks: a bad queue declaration or an unsupported database is reported by
+``manage.py check`` (and every management command) with a message naming what to change."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.db import connections, router
+
+from dbqueue.errors import InvalidSpec, UnsupportedDatabase
+from dbqueue_django.executor import dialect_for
+from dbqueue_django.models import queue_models
+from dbqueue_django.spec import spec_for_model
+
+
+@register(Tags.models)
+def check_queue_models(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for model in queue_models(app_configs):
+        try:
+            spec_for_model(model)
+        except InvalidSpec as exc:
+            errors.append(
+                Error(
+                    str(exc),
+                    hint="Rename the field or table (lower-case letters, digits, underscores), "
+                    "or fix the QueueOptions.",
+                    obj=model,
+                    id="dbqueue.E001",
+                )
+            )
+        for alias in settings.DATABASES:
+            if not router.allow_migrate_model(alias, model):
+                continue
+            try:
+                dialect_for(connections[alias])
+            except UnsupportedDatabase as exc:
+                errors.append(
+                    Error(
+                        str(exc),
+                        hint="Route this queue model to a PostgreSQL or SQLite database "
+                        "with a database router (allow_migrate).",
+                        obj=model,
+                        id="dbqueue.E002",
+                    )
+                )
+    return errors

@@ -1,0 +1,231 @@
+"""``Model.queue``: the queue API of a queue model, over the core's split queue."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from django.db import models, router
+
+from dbqueue.message import DeliveryMode, Message, RescueResult, State
+from dbqueue.split import SplitQueue, TokenLike
+from dbqueue_django.executor import DjangoExecutor
+from dbqueue_django.spec import payload_fields, spec_for_model
+
+if TYPE_CHECKING:
+    from dbqueue.spec import QueueSpec
+    from dbqueue_django.models import QueueModel
+
+M = TypeVar("M", bound="QueueModel")
+
+#: SplitQueue per (model, dialect): rendering SQL and building codecs happens once per process.
+_CORES: dict[tuple[type[models.Model], str], SplitQueue] = {}
+
+
+class DjangoQueue(Generic[M]):
+    """The queue of one model on one database alias (the router's choice unless ``using``).
+
+    Every operation runs one core statement on Django's connection for the alias, so it joins
+    the transaction the caller has open (``transaction.atomic()``).
+    """
+
+    def __init__(self, model: type[M], alias: str | None = None) -> None:
+        self.model = model
+        self._alias = alias
+
+    def using(self, alias: str) -> DjangoQueue[M]:
+        """The same queue on another database alias."""
+        return DjangoQueue(self.model, alias)
+
+    @property
+    def alias(self) -> str:
+        return self._alias or router.db_for_write(self.model)
+
+    @cached_property
+    def spec(self) -> QueueSpec:
+        """The validated core spec (raises InvalidSpec for a bad declaration)."""
+        return spec_for_model(self.model)
+
+    def _bind(self) -> tuple[SplitQueue, DjangoExecutor]:
+        # An executor per call: Django connections are per thread, so one cannot be cached.
+        ex = DjangoExecutor(self.alias)
+        key = (self.model, ex.dialect.name)
+        core = _CORES.get(key)
+        if core is None:
+            core = _CORES[key] = SplitQueue(self.spec, ex.dialect)
+        return core, ex
+
+    # -- payload translation ------------------------------------------------------------------
+
+    @cached_property
+    def _fields(self) -> dict[str, models.Field[Any, Any]]:
+        """Accepted keyword -> field: by name and, for foreign keys, by attname too."""
+        out: dict[str, models.Field[Any, Any]] = {}
+        for f in payload_fields(self.model):
+            out[f.name] = f
+            out[f.attname] = f
+        return out
+
+    @cached_property
+    def _defaults(self) -> list[models.Field[Any, Any]]:
+        return [f for f in payload_fields(self.model) if f.has_default()]
+
+    def _payload(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        fields = self._fields
+        for key, value in values.items():
+            f = fields.get(key)
+            if f is None:
+                out[key] = value  # the codec names it as unknown
+            elif f.is_relation and isinstance(value, models.Model):
+                out[f.column] = value.pk
+            else:
+                out[f.column] = value
+        for f in self._defaults:
+            if f.column not in out:
+                out[f.column] = f.get_default()
+        return out
+
+    @cached_property
+    def _columns(self) -> tuple[list[str], list[str]]:
+        concrete = self.model._meta.concrete_fields
+        return [f.attname for f in concrete], [f.column for f in concrete]
+
+    def _instances(self, messages: list[Message], alias: str) -> list[M]:
+        attnames, columns = self._columns
+        out = []
+        for m in messages:
+            row = {**m.payload, "id": m.id, "enqueued_at": m.enqueued_at, "last_error": m.last_error}
+            obj = self.model.from_db(alias, attnames, [row[c] for c in columns])
+            obj.attempts = m.attempts  # type: ignore[attr-defined]
+            obj.priority = m.priority  # type: ignore[attr-defined]
+            obj.run_at = m.run_at  # type: ignore[attr-defined]
+            obj.lease_until = m.lease_until  # type: ignore[attr-defined]
+            out.append(obj)
+        return out
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def push(
+        self,
+        *,
+        priority: int = 0,
+        delay: dt.timedelta | None = None,
+        run_at: dt.datetime | None = None,
+        **payload: Any,
+    ) -> int:
+        """Enqueue one item in the current transaction; return its id."""
+        core, ex = self._bind()
+        return core.push(
+            ex, self._payload(payload), priority=priority, delay=delay, run_at=run_at
+        )
+
+    def push_many(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        priority: int = 0,
+        delay: dt.timedelta | None = None,
+        run_at: dt.datetime | None = None,
+        batch_size: int | None = None,
+    ) -> list[int]:
+        """Enqueue many items, one statement per batch; ids in input order. All rows are
+        validated first; nothing is written if any is invalid."""
+        core, ex = self._bind()
+        payloads = [self._payload(r) for r in rows]
+        return core.push_many(
+            ex, payloads, priority=priority, delay=delay, run_at=run_at, batch_size=batch_size
+        )
+
+    def pop_batch(
+        self,
+        n: int = 1,
+        *,
+        mode: DeliveryMode | str = DeliveryMode.AT_LEAST_ONCE,
+        lease: dt.timedelta | None = None,
+    ) -> list[M]:
+        """Take up to ``n`` due items as model instances with ``attempts``, ``priority``,
+        ``run_at`` and ``lease_until`` set. See :class:`dbqueue.DeliveryMode` for ``mode``."""
+        core, ex = self._bind()
+        return self._instances(core.pop_batch(ex, n, mode=mode, lease=lease), ex.alias)
+
+    def ack(self, items: TokenLike, *, strict: bool = True) -> list[int]:
+        """Remove leased items whose work is done (fenced by their lease token)."""
+        core, ex = self._bind()
+        return core.ack(ex, items, strict=strict)
+
+    def fail(
+        self,
+        items: TokenLike,
+        error: str | BaseException | list[str],
+        *,
+        delay: dt.timedelta | None = None,
+        strict: bool = True,
+    ) -> dict[int, State]:
+        """Record a failed attempt: retried after back-off, failed after max_attempts."""
+        core, ex = self._bind()
+        if isinstance(error, BaseException):
+            error = f"{type(error).__name__}: {error}"
+        return core.fail(ex, items, error, delay=delay, strict=strict)
+
+    def extend(self, items: TokenLike, *, lease: dt.timedelta | None = None) -> list[int]:
+        """Extend the leases of items still held (a heartbeat for slow work)."""
+        core, ex = self._bind()
+        return core.extend(ex, items, lease=lease)
+
+    def retry(self, ids: Iterable[Any] | int) -> int:
+        """Failed items (ids or instances) back to ready with attempts reset."""
+        core, ex = self._bind()
+        return core.retry(ex, ids)
+
+    def rescue(self, *, batch: int | None = None) -> RescueResult:
+        """Expired leases back to ready (or failed after max_attempts)."""
+        core, ex = self._bind()
+        return core.rescue(ex, batch=batch)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts per state and ``oldest_ready_age`` (a timedelta, or None)."""
+        core, ex = self._bind()
+        return core.stats(ex).as_dict()
+
+    def purge(self, state: State | str | int | None = None) -> int:
+        """Delete every item in ``state`` ("ready", "leased", "done", "failed"; None: all)."""
+        core, ex = self._bind()
+        return core.purge(ex, state)
+
+    def delete(self, ids: Iterable[Any] | int) -> int:
+        """Delete items (ids or instances) from both tables, whatever their state."""
+        core, ex = self._bind()
+        return core.delete(ex, ids)
+
+    # -- querysets ----------------------------------------------------------------------------
+
+    def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:
+        """The data rows, annotated with their meta columns, optionally of one state."""
+        qs = self.model._default_manager.using(self.alias).annotate(
+            state=models.F("queue_meta__state"),
+            attempts=models.F("queue_meta__attempts"),
+            priority=models.F("queue_meta__priority"),
+            run_at=models.F("queue_meta__run_at"),
+            lease_until=models.F("queue_meta__lease_until"),
+        )
+        if state is not None:
+            qs = qs.filter(queue_meta__state=int(State.parse(state)))
+        return qs
+
+    def failed(self) -> models.QuerySet[M]:
+        """Failed items with ``last_error``, ``attempts`` and ``run_at`` (when they failed)."""
+        return self.items(State.FAILED).order_by("-run_at", "-id")
+
+
+class QueueDescriptor:
+    """``Model.queue``: a :class:`DjangoQueue` for the model it is read from."""
+
+    def __get__(self, instance: object, owner: type[M]) -> DjangoQueue[M]:
+        queue = owner.__dict__.get("_dbqueue_queue")
+        if queue is None:
+            queue = DjangoQueue(owner)
+            type.__setattr__(owner, "_dbqueue_queue", queue)
+        return queue  # type: ignore[no-any-return]

@@ -1,0 +1,50 @@
+"""stats, purge and delete."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from dbqueue.errors import InvalidArgument
+from tests.conformance.fronts import Front
+
+
+def test_stats_counts_every_state_and_the_oldest_age(front: Front) -> None:
+    assert front.stats() == {
+        "ready": 0, "scheduled": 0, "leased": 0, "expired": 0, "done": 0, "failed": 0,
+        "oldest_ready_age": None,
+    }  # fmt: skip
+    front.push_many([{"name": str(i)} for i in range(5)])
+    front.push(name="later", delay=dt.timedelta(hours=1))
+    front.pop_batch(2)
+    stats = front.stats()
+    assert (stats["ready"], stats["scheduled"], stats["leased"]) == (3, 1, 2)
+    assert isinstance(stats["oldest_ready_age"], dt.timedelta)
+    assert stats["oldest_ready_age"] >= dt.timedelta(0)
+
+
+def test_purge_by_state_and_everything(front: Front) -> None:
+    front.push_many([{"name": str(i)} for i in range(4)])
+    front.pop_batch(1)
+    assert front.purge("ready") == 3
+    assert front.counts() == (1, 1)
+    front.push(name="again")
+    assert front.purge() == 2
+    assert front.counts() == (0, 0)
+
+
+def test_purge_rejects_an_unknown_state(front: Front) -> None:
+    front.push(name="x")
+    with pytest.raises(InvalidArgument, match="unknown state"):
+        front.purge("finished")
+    assert front.counts() == (1, 1)
+
+
+def test_delete_by_id_in_any_state(front: Front) -> None:
+    a, b, c = front.push_many([{"name": "a"}, {"name": "b"}, {"name": "c"}])
+    front.pop_batch(1)
+    assert front.delete([a, c, 99999]) == 2
+    assert front.counts() == (1, 1)
+    assert front.delete([]) == 0
+    assert list(front.states()) == [b]

@@ -1,0 +1,171 @@
+"""Delivery modes, acknowledgement with fencing, failure and back-off, leases and rescue."""
+
+from __future__ import annotations
+
+import pytest
+
+from dbqueue.errors import NotLeased, TransactionStateError
+from tests.conformance.fronts import Front
+
+READY, LEASED, DONE, FAILED = 0, 1, 2, 3
+
+
+def test_at_least_once_leases_and_ack_removes(front: Front) -> None:
+    ids = front.push_many([{"name": str(i)} for i in range(3)])
+    batch = front.pop_batch(3)
+    assert set(front.states().values()) == {LEASED}
+    assert front.pop_batch(3) == []  # leased items are not handed out twice
+    assert sorted(front.ack(batch)) == ids
+    assert front.counts() == (0, 0)
+
+
+def test_strict_ack_of_an_item_not_leased_changes_nothing(front: Front) -> None:
+    front.push_many([{"name": "a"}, {"name": "b"}])
+    batch = front.pop_batch(2)
+    never_popped = front.push(name="c")
+    with pytest.raises(NotLeased) as err:
+        front.ack([*batch, never_popped])
+    assert err.value.ids == [never_popped]
+    assert front.counts() == (3, 3)
+    assert sorted(front.ack(batch)) == sorted(i.id for i in batch)
+
+
+def test_lenient_ack_removes_what_is_still_leased(front: Front) -> None:
+    a, b = front.push(name="a"), front.push(name="b")
+    batch = front.pop_batch(2)
+    assert front.ack([a, b + 1000], strict=False) == [a]
+    assert front.counts() == (1, 1)
+    assert front.ack(batch, strict=False) == [b]
+
+
+def test_an_expired_lease_cannot_ack_the_redelivered_copy(front: Front) -> None:
+    front.push(name="x")
+    (first,) = front.pop_batch(1)
+    front.expire_leases()
+    assert front.rescue().ready == 1
+    (second,) = front.pop_batch(1)
+    assert second.id == first.id and second.attempts == 2
+    with pytest.raises(NotLeased):
+        front.ack(first)  # the stale token (attempt 1) is fenced off
+    assert front.ack(second) == [second.id]
+
+
+def test_fail_backs_off_then_fails_after_max_attempts(front: Front) -> None:
+    item_id = front.push(name="flaky")
+    for attempt in (1, 2):
+        (item,) = front.pop_batch(1)
+        assert item.attempts == attempt
+        assert front.fail(item, f"boom {attempt}") == {item_id: READY}
+        assert front.pop_batch(1) == []  # backing off
+        assert front.stats()["scheduled"] == 1
+        front.make_due()
+    (item,) = front.pop_batch(1)
+    assert front.fail(item, "boom 3") == {item_id: FAILED}  # max_attempts = 3
+    assert front.states() == {item_id: FAILED}
+    assert front.last_error(item_id) == "boom 3"
+    stats = front.stats()
+    assert stats["failed"] == 1 and stats["ready"] == 0
+
+
+def test_retry_brings_a_failed_item_back_with_attempts_reset(front: Front) -> None:
+    item_id = front.push(name="x")
+    for _ in range(3):
+        front.make_due()
+        (item,) = front.pop_batch(1)
+        front.fail(item, "nope")
+    assert front.states() == {item_id: FAILED}
+    assert front.retry([item_id]) == 1
+    (item,) = front.pop_batch(1)
+    assert item.id == item_id and item.attempts == 1
+    assert front.retry([item_id]) == 0  # leased, not failed
+
+
+def test_fail_with_explicit_delay_and_a_stale_token(front: Front) -> None:
+    import datetime as dt
+
+    front.push(name="x")
+    (item,) = front.pop_batch(1)
+    front.fail(item, "later", delay=dt.timedelta(0))
+    (again,) = front.pop_batch(1)
+    assert again.attempts == 2
+    with pytest.raises(NotLeased):
+        front.fail(item, "stale")
+
+
+def test_rescue_returns_expired_leases_and_fails_exhausted_ones(front: Front) -> None:
+    front.push_many([{"name": str(i)} for i in range(4)])
+    front.pop_batch(4)
+    assert front.rescue().ready == 0  # leases still valid
+    front.expire_leases()
+    assert front.stats()["expired"] == 4
+    result = front.rescue(batch=3)  # loops over small batches
+    assert (result.ready, result.failed) == (4, 0)
+    assert len(front.pop_batch(10)) == 4
+    front.expire_leases()  # attempt 2 expires: ready again
+    assert front.rescue().ready == 4
+    assert {i.attempts for i in front.pop_batch(10)} == {3}
+    front.expire_leases()  # attempt 3 = max_attempts expires: failed for good
+    assert front.rescue().failed == 4
+    assert front.stats()["failed"] == 4
+
+
+def test_extend_pushes_the_lease_out(front: Front) -> None:
+    front.push(name="slow")
+    (item,) = front.pop_batch(1)
+    front.expire_leases()
+    assert front.extend(item) == [item.id]
+    assert front.rescue().ready == 0
+    assert front.ack(item) == [item.id]
+
+
+def test_at_most_once_removes_in_the_same_statement(front: Front) -> None:
+    front.push_many([{"name": str(i)} for i in range(3)])
+    got = front.pop_batch(2, mode="at_most_once")
+    assert len(got) == 2 and got[0].attempts == 1
+    assert front.counts() == (1, 1)
+
+
+def test_at_most_once_refuses_an_open_transaction(front: Front) -> None:
+    front.push(name="x")
+    with pytest.raises(TransactionStateError), front.atomic():
+        front.pop_batch(1, mode="at_most_once")
+    assert front.counts() == (1, 1)
+
+
+def test_transactional_needs_a_transaction(front: Front) -> None:
+    front.push(name="x")
+    with pytest.raises(TransactionStateError):
+        front.pop_batch(1, mode="transactional")
+    assert front.counts() == (1, 1)
+
+
+def test_transactional_pop_commits_with_the_caller(front: Front) -> None:
+    front.push_many([{"name": "a"}, {"name": "b"}])
+    with front.atomic():
+        got = front.pop_batch(1, mode="transactional")
+    assert [i.payload["name"] for i in got] == ["a"]
+    assert front.counts() == (1, 1)
+
+
+def test_transactional_rollback_puts_items_back(front: Front) -> None:
+    ids = front.push_many([{"name": "a"}, {"name": "b"}])
+
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), front.atomic():
+        assert len(front.pop_batch(2, mode="transactional")) == 2
+        raise Boom
+    assert front.counts() == (2, 2)
+    assert [i.id for i in front.pop_batch(2)] == ids
+
+
+def test_push_in_a_rolled_back_transaction_leaves_nothing(front: Front) -> None:
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), front.atomic():
+        front.push(name="x")
+        front.push_many([{"name": "y"}, {"name": "z"}])
+        raise Boom
+    assert front.counts() == (0, 0)

@@ -1,0 +1,59 @@
+"""Fixtures shared by every test package: databases, never mocked."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.pg import test_dsn, worker_id
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """A database of this xdist worker's own on the shared test server, for core tests."""
+    base = test_dsn()
+    name = f"dbqueue_core_{worker_id()}_{os.getpid()}"
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    dsn = psycopg.conninfo.make_conninfo(base, dbname=name)
+    yield dsn
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@pytest.fixture
+def pg_conn(pg_dsn: str) -> Iterator[psycopg.Connection]:
+    """An autocommit connection to the worker's core test database."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def sqlite_path(tmp_path: Path) -> str:
+    """A SQLite database in a temporary file (not :memory:, so other connections see rows)."""
+    return str(tmp_path / "queue.sqlite3")
+
+
+@pytest.fixture
+def sqlite_conn(sqlite_path: str) -> Iterator[sqlite3.Connection]:
+    from dbqueue.drivers.sqlite import connect
+
+    conn = connect(sqlite_path)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture
+def table_name() -> str:
+    """A fresh queue table name, so tests sharing a database never see each other's rows."""
+    return f"q_{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,58 @@
+"""Django settings for the test suite: PostgreSQL as ``default``, SQLite (a temporary file,
+so a second connection sees the rows) as ``sqlite``."""
+
+import os
+import tempfile
+
+from tests.pg import django_database, test_dsn, worker_id
+
+SECRET_KEY = "dbqueue-tests-only"  # noqa: S105
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "tests.django.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+_sqlite = os.path.join(tempfile.gettempdir(), f"dbqueue-test-{os.getpid()}-{worker_id()}.sqlite3")
+
+DATABASES = {
+    "default": django_database(test_dsn()),
+    "sqlite": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": _sqlite,
+        "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
+        "TEST": {"NAME": _sqlite + ".test"},
+    },
+}
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "dbqueue_django",
+    "tests.django.testapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]

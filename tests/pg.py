@@ -1,0 +1,59 @@
+"""The PostgreSQL the tests use: ``DBQUEUE_TEST_DSN`` if set, else an embedded server.
+
+The embedded server (the ``embedded`` extra: pgserver, PostgreSQL from a wheel) is started once
+per test run by the first process that asks — the pytest controller, which imports the Django
+test settings before xdist starts its workers — and its DSN is exported in
+``DBQUEUE_TEST_DSN`` so that every worker shares that one server.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from typing import Any
+
+ENV = "DBQUEUE_TEST_DSN"
+_server: Any = None
+
+
+def test_dsn() -> str:
+    """The DSN of the test PostgreSQL server, starting the embedded one if needed."""
+    global _server
+    dsn = os.environ.get(ENV)
+    if dsn:
+        return dsn
+    try:
+        import pgserver
+    except ImportError as exc:  # pragma: no cover - the dev extra installs it
+        raise RuntimeError(
+            f"no PostgreSQL for the tests: set {ENV}=postgresql://... or install the "
+            f"'embedded' extra (pgserver)"
+        ) from exc
+    datadir = tempfile.mkdtemp(prefix="dbqueue-pg-")
+    _server = pgserver.get_server(datadir, cleanup_mode="stop")
+    atexit.register(shutil.rmtree, datadir, ignore_errors=True)
+    dsn = str(_server.get_uri())
+    os.environ[ENV] = dsn
+    return dsn
+
+
+def django_database(dsn: str) -> dict[str, Any]:
+    """A Django DATABASES entry for a libpq DSN."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = conninfo_to_dict(dsn)
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": info.get("dbname", "postgres"),
+        "USER": info.get("user", ""),
+        "PASSWORD": info.get("password", ""),
+        "HOST": info.get("host", ""),
+        "PORT": str(info.get("port", "")),
+    }
+
+
+def worker_id() -> str:
+    """``gw0``... under xdist, ``main`` otherwise."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
