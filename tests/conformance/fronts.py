@@ -72,6 +72,8 @@ class CoreFront(Front):
 
     def __init__(self, backend: str, conn: Any, table: str, *, create: bool = True) -> None:
         self.backend, self.conn = backend, conn
+        if backend == "sqlite":  # read now: the connection is not to be shared across threads
+            self.path = conn.execute("PRAGMA database_list").fetchone()[2]
         self.spec = QueueSpec(table, JOB_FIELDS, JOB_OPTIONS)
         self.data_table, self.meta_table = table, self.spec.meta_table
         dialect = get_dialect(backend)
@@ -90,7 +92,7 @@ class CoreFront(Front):
         else:
             from dbqueue.drivers.sqlite import connect
 
-            conn = connect(self.conn.execute("PRAGMA database_list").fetchone()[2])
+            conn = connect(self.path)
         return CoreFront(self.backend, conn, self.data_table, create=False)
 
     def close(self) -> None:

@@ -15,8 +15,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 _sqlite = os.path.join(tempfile.gettempdir(), f"dbqueue-test-{os.getpid()}-{worker_id()}.sqlite3")
 
+# A test database name of this process's own: several runs (and xdist workers) can share one
+# server without dropping each other's databases.
+_default = django_database(test_dsn())
+_default["TEST"] = {"NAME": f"test_dbqueue_{os.getpid()}"}
+
 DATABASES = {
-    "default": django_database(test_dsn()),
+    "default": _default,
     "sqlite": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": _sqlite,

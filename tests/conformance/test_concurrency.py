@@ -1,0 +1,93 @@
+"""Real concurrency: threads with their own connections. Every item is delivered exactly once
+when acked, none is lost, and two poppers never receive the same item."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from tests.conformance.fronts import Front
+
+pytestmark = pytest.mark.slow
+
+
+def _run_threads(count: int, target: Callable[[Front], None], front: Front) -> None:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        clone = front.clone()
+        try:
+            target(clone)
+        except BaseException as exc:  # reported in the main thread
+            errors.append(exc)
+        finally:
+            clone.close()
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads), "a worker thread hung"
+    assert not errors, errors
+
+
+def test_eight_poppers_drain_20000_items_exactly_once(front: Front) -> None:
+    total = 20_000
+    ids = front.push_many([{"name": str(i), "n": i} for i in range(total)], batch_size=2_000)
+    seen: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def popper(f: Front) -> None:
+        while batch := f.pop_batch(100):
+            with lock:
+                seen.update(i.id for i in batch)
+            assert len(f.ack(batch)) == len(batch)
+
+    _run_threads(8, popper, front)
+    assert len(seen) == total and set(seen) == set(ids)
+    assert max(seen.values()) == 1
+    assert front.counts() == (0, 0)
+
+
+def test_producers_and_consumers_at_once(front: Front) -> None:
+    producers, per_producer, consumers = 4, 1_000, 4
+    pushed: list[int] = []
+    seen: Counter[int] = Counter()
+    lock = threading.Lock()
+    done_pushing = threading.Event()
+    finished = Counter[str]()
+
+    def worker(f: Front) -> None:
+        with lock:
+            role = "producer" if finished["started"] < producers else "consumer"
+            finished["started"] += 1
+        if role == "producer":
+            for start in range(0, per_producer, 50):
+                got = f.push_many([{"name": f"{start + k}"} for k in range(50)])
+                with lock:
+                    pushed.extend(got)
+            with lock:
+                finished["producers"] += 1
+                if finished["producers"] == producers:
+                    done_pushing.set()
+            return
+        while True:
+            # Once every push has committed, an empty pop means the queue is drained.
+            pushes_done = done_pushing.is_set()
+            batch = f.pop_batch(25)
+            if not batch:
+                if pushes_done:
+                    return
+                continue
+            with lock:
+                seen.update(i.id for i in batch)
+            f.ack(batch)
+
+    _run_threads(producers + consumers, worker, front)
+    assert len(pushed) == producers * per_producer
+    assert set(seen) == set(pushed) and max(seen.values()) == 1
+    assert front.counts() == (0, 0)
