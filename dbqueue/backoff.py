@@ -41,6 +41,6 @@ class Backoff:
                 seconds = cap
                 break
         if self.jitter:
-            r = (rng or random).uniform(-self.jitter, self.jitter)  # noqa: S311 - not crypto
+            r = (rng or random).uniform(-self.jitter, self.jitter)
             seconds *= 1 + r
         return timedelta(seconds=seconds)

@@ -44,7 +44,7 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
     kind = f.kind
     aware = spec.options.aware_datetimes
 
-    def check(value: Any) -> tuple[Any, int]:  # noqa: C901 - one branch per kind reads best
+    def check(value: Any) -> tuple[Any, int]:
         if value is None:
             if f.nullable:
                 return None, 0
@@ -85,8 +85,13 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
                 raise _fail(spec, f, value, "expects a datetime")
             has_tz = value.utcoffset() is not None
             if aware and not has_tz:
-                raise _fail(spec, f, value, "is a naive datetime; time zone support is on, "
-                            "pass an aware datetime (e.g. django.utils.timezone.now())")
+                raise _fail(
+                    spec,
+                    f,
+                    value,
+                    "is a naive datetime; time zone support is on, "
+                    "pass an aware datetime (e.g. django.utils.timezone.now())",
+                )
             if not aware and has_tz:
                 raise _fail(spec, f, value, "is an aware datetime but time zone support is off")
             return value, 8
@@ -145,9 +150,7 @@ class Codec:
     def __init__(self, spec: QueueSpec, dialect: Dialect) -> None:
         self.spec = spec
         self.names = spec.field_names
-        self._required = frozenset(
-            f.name for f in spec.fields if not (f.has_default or f.nullable)
-        )
+        self._required = frozenset(f.name for f in spec.fields if not (f.has_default or f.nullable))
         self._known = frozenset(self.names)
         self._checks = [_validator(spec, f) for f in spec.fields]
         self._encoders: list[Converter | None] = [dialect.encoder(f.kind) for f in spec.fields]

@@ -15,7 +15,8 @@ class InvalidSpec(DBQueueError, ValueError):
 
 
 class InvalidPayload(DBQueueError, ValueError):
-    """A payload cannot be stored: unknown or missing field, wrong type, too long, naive datetime."""
+    """A payload cannot be stored: unknown or missing field, wrong type, too long, naive
+    datetime, not JSON-encodable."""
 
 
 class PayloadTooLarge(InvalidPayload):

@@ -327,11 +327,11 @@ class SplitQueue:
 
     # -- administration -----------------------------------------------------------------------
 
-    def _ids(self, ids: Iterable[int]) -> list[int]:
+    def _ids(self, ids: Iterable[TokenLike] | int) -> list[int]:
         out = [to_token(i)[0] for i in ([ids] if isinstance(ids, int) else ids)]
         return list(dict.fromkeys(out))
 
-    def retry(self, ex: Executor, ids: Iterable[int]) -> int:
+    def retry(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
         """Failed items back to ready, attempts reset; return how many."""
         ids = self._ids(ids)
         if not ids:
@@ -363,14 +363,15 @@ class SplitQueue:
         t = self.dialect.time_result
         oldest, now = t(row[6]), t(row[7])
         age = None if oldest is None or now is None else max(now - oldest, _ZERO)
-        return QueueStats(*(int(v or 0) for v in row[:6]), oldest_ready_age=age)
+        ready, scheduled, leased, expired, done, failed = (int(v or 0) for v in row[:6])
+        return QueueStats(ready, scheduled, leased, expired, done, failed, age)
 
     def purge(self, ex: Executor, state: State | str | int | None = None) -> int:
         """Delete every item in ``state`` (every item if None); return how many."""
         value = None if state is None else int(State.parse(state))
         return len(self._run(ex, "split_purge", {"state": value}))
 
-    def delete(self, ex: Executor, ids: Iterable[int]) -> int:
+    def delete(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
         """Delete items by id, whatever their state; return how many."""
         ids = self._ids(ids)
         if not ids:

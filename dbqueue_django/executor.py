@@ -58,9 +58,9 @@ class DjangoExecutor:
             try:
                 return driver.execute(sql, params)
             finally:
-                conn.queries_log.append(
-                    {"sql": sql, "time": f"{time.monotonic() - start:.3f}", "params": params}
-                )
+                entry: dict[str, Any] = {"sql": sql, "params": params}
+                entry["time"] = f"{time.monotonic() - start:.3f}"
+                conn.queries_log.append(entry)
 
     def in_transaction(self) -> bool:
         return not self.connection.get_autocommit() or self.connection.in_atomic_block

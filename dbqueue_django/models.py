@@ -6,7 +6,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.apps import AppConfig, apps
-
 from django.db import models
 from django.db.models.base import ModelBase
 from django.db.models.functions import Now
@@ -79,11 +78,11 @@ class QueueModelBase(ModelBase):
     def __new__(
         mcs, name: str, bases: tuple[type, ...], attrs: dict[str, Any], **kwargs: Any
     ) -> QueueModelBase:
-        cls = super().__new__(mcs, name, bases, attrs, **kwargs)
-        opts = cls._meta  # type: ignore[attr-defined]
+        cls: Any = super().__new__(mcs, name, bases, attrs, **kwargs)
+        opts = cls._meta
         if not opts.abstract and not opts.proxy and not opts.swapped:
-            cls.queue_meta_model = make_meta_model(cls)  # type: ignore[arg-type]
-        return cls
+            cls.queue_meta_model = make_meta_model(cls)
+        return cls  # type: ignore[no-any-return]
 
 
 class QueueModel(models.Model, metaclass=QueueModelBase):
@@ -97,7 +96,7 @@ class QueueModel(models.Model, metaclass=QueueModelBase):
     enqueued_at = models.DateTimeField(default=timezone.now, db_default=Now(), editable=False)
     last_error = models.TextField(null=True, blank=True, editable=False)  # noqa: DJ001
 
-    queue: ClassVar[DjangoQueue] = QueueDescriptor()  # type: ignore[assignment]
+    queue: ClassVar[DjangoQueue[Any]] = QueueDescriptor()  # type: ignore[assignment]
     queue_meta_model: ClassVar[type[models.Model]]
 
     class Meta:

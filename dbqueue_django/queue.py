@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from django.db import models, router
 
@@ -18,13 +18,12 @@ if TYPE_CHECKING:
     from dbqueue.spec import QueueSpec
     from dbqueue_django.models import QueueModel
 
-M = TypeVar("M", bound="QueueModel")
 
 #: SplitQueue per (model, dialect): rendering SQL and building codecs happens once per process.
 _CORES: dict[tuple[type[models.Model], str], SplitQueue] = {}
 
 
-class DjangoQueue(Generic[M]):
+class DjangoQueue[M: "QueueModel"]:
     """The queue of one model on one database alias (the router's choice unless ``using``).
 
     Every operation runs one core statement on Django's connection for the alias, so it joins
@@ -65,7 +64,7 @@ class DjangoQueue(Generic[M]):
         out: dict[str, models.Field[Any, Any]] = {}
         for f in payload_fields(self.model):
             out[f.name] = f
-            out[f.attname] = f
+            out[str(f.attname)] = f
         return out
 
     @cached_property
@@ -80,24 +79,29 @@ class DjangoQueue(Generic[M]):
             if f is None:
                 out[key] = value  # the codec names it as unknown
             elif f.is_relation and isinstance(value, models.Model):
-                out[f.column] = value.pk
+                out[str(f.column)] = value.pk
             else:
-                out[f.column] = value
+                out[str(f.column)] = value
         for f in self._defaults:
             if f.column not in out:
-                out[f.column] = f.get_default()
+                out[str(f.column)] = f.get_default()
         return out
 
     @cached_property
     def _columns(self) -> tuple[list[str], list[str]]:
         concrete = self.model._meta.concrete_fields
-        return [f.attname for f in concrete], [f.column for f in concrete]
+        return [str(f.attname) for f in concrete], [str(f.column) for f in concrete]
 
     def _instances(self, messages: list[Message], alias: str) -> list[M]:
         attnames, columns = self._columns
         out = []
         for m in messages:
-            row = {**m.payload, "id": m.id, "enqueued_at": m.enqueued_at, "last_error": m.last_error}
+            row = {
+                **m.payload,
+                "id": m.id,
+                "enqueued_at": m.enqueued_at,
+                "last_error": m.last_error,
+            }
             obj = self.model.from_db(alias, attnames, [row[c] for c in columns])
             obj.attempts = m.attempts  # type: ignore[attr-defined]
             obj.priority = m.priority  # type: ignore[attr-defined]
@@ -118,9 +122,7 @@ class DjangoQueue(Generic[M]):
     ) -> int:
         """Enqueue one item in the current transaction; return its id."""
         core, ex = self._bind()
-        return core.push(
-            ex, self._payload(payload), priority=priority, delay=delay, run_at=run_at
-        )
+        return core.push(ex, self._payload(payload), priority=priority, delay=delay, run_at=run_at)
 
     def push_many(
         self,
@@ -204,7 +206,10 @@ class DjangoQueue(Generic[M]):
 
     def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:
         """The data rows, annotated with their meta columns, optionally of one state."""
-        qs = self.model._default_manager.using(self.alias).annotate(
+        # queue_meta is the reverse one-to-one of the generated meta model: the type checker
+        # cannot see a relation added at class creation, hence Any.
+        manager: Any = self.model._default_manager
+        qs = manager.using(self.alias).annotate(
             state=models.F("queue_meta__state"),
             attempts=models.F("queue_meta__attempts"),
             priority=models.F("queue_meta__priority"),
@@ -213,7 +218,7 @@ class DjangoQueue(Generic[M]):
         )
         if state is not None:
             qs = qs.filter(queue_meta__state=int(State.parse(state)))
-        return qs
+        return qs  # type: ignore[no-any-return]
 
     def failed(self) -> models.QuerySet[M]:
         """Failed items with ``last_error``, ``attempts`` and ``run_at`` (when they failed)."""
@@ -223,9 +228,9 @@ class DjangoQueue(Generic[M]):
 class QueueDescriptor:
     """``Model.queue``: a :class:`DjangoQueue` for the model it is read from."""
 
-    def __get__(self, instance: object, owner: type[M]) -> DjangoQueue[M]:
+    def __get__[M: QueueModel](self, instance: object, owner: type[M]) -> DjangoQueue[M]:
         queue = owner.__dict__.get("_dbqueue_queue")
         if queue is None:
             queue = DjangoQueue(owner)
             type.__setattr__(owner, "_dbqueue_queue", queue)
-        return queue  # type: ignore[no-any-return]
+        return queue

@@ -63,7 +63,7 @@ def to_field(f: models.Field[Any, Any]) -> Field:
     target = f.target_field if isinstance(f, models.ForeignKey) else f
     internal = target.get_internal_type()
     return Field(
-        name=f.column,
+        name=str(f.column),
         kind=kind,
         nullable=f.null,
         max_length=(target.max_length or (39 if internal == "GenericIPAddressField" else None))

@@ -32,7 +32,7 @@ def test_dsn() -> str:
             f"'embedded' extra (pgserver)"
         ) from exc
     datadir = tempfile.mkdtemp(prefix="dbqueue-pg-")
-    _server = pgserver.get_server(datadir, cleanup_mode="stop")
+    _server = pgserver.get_server(datadir, cleanup_mode="stop")  # type: ignore[attr-defined]
     atexit.register(shutil.rmtree, datadir, ignore_errors=True)
     dsn = str(_server.get_uri())
     os.environ[ENV] = dsn

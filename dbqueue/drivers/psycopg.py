@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from typing import Any, LiteralString, cast
+from typing import Any
 
 import psycopg
 from psycopg import pq
@@ -34,7 +34,7 @@ class PsycopgExecutor:
         cursor = psycopg.Cursor(self.connection)
         try:
             # The SQL was rendered from validated identifiers only; values stay bound.
-            cursor.execute(cast(LiteralString, sql), params, prepare=True)
+            cursor.execute(sql, params, prepare=True)
             return cursor.fetchall() if cursor.pgresult and cursor.description else []
         except psycopg.Error as exc:
             if is_missing_table(exc):

@@ -20,7 +20,9 @@ FRONTS = [
         marks=[pytest.mark.postgresql, pytest.mark.django, _DJANGO_DB],
     ),
     pytest.param(
-        ("django", "sqlite"), id="django-sqlite", marks=[pytest.mark.sqlite, pytest.mark.django, _DJANGO_DB]
+        ("django", "sqlite"),
+        id="django-sqlite",
+        marks=[pytest.mark.sqlite, pytest.mark.django, _DJANGO_DB],
     ),
 ]
 

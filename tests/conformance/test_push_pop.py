@@ -78,7 +78,11 @@ def test_order_is_priority_then_run_at_then_id(front: Front) -> None:
 
 def test_fifo_within_a_priority(front: Front) -> None:
     ids = front.push_many([{"name": str(i)} for i in range(20)])
-    got = [i.id for batch in (front.pop_batch(7), front.pop_batch(7), front.pop_batch(7)) for i in batch]
+    got = [
+        i.id
+        for batch in (front.pop_batch(7), front.pop_batch(7), front.pop_batch(7))
+        for i in batch
+    ]
     assert got == ids
 
 

@@ -6,7 +6,7 @@ import tempfile
 
 from tests.pg import django_database, test_dsn, worker_id
 
-SECRET_KEY = "dbqueue-tests-only"  # noqa: S105
+SECRET_KEY = "dbqueue-tests-only"
 DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
