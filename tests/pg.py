@@ -8,9 +8,7 @@ test settings before xdist starts its workers — and its DSN is exported in
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import tempfile
 from typing import Any
 
@@ -32,8 +30,8 @@ def test_dsn() -> str:
             f"'embedded' extra (pgserver)"
         ) from exc
     datadir = tempfile.mkdtemp(prefix="dbqueue-pg-")
-    _server = pgserver.get_server(datadir, cleanup_mode="stop")  # type: ignore[attr-defined]
-    atexit.register(shutil.rmtree, datadir, ignore_errors=True)
+    # "delete": pgserver stops the server when this process exits, then removes the directory.
+    _server = pgserver.get_server(datadir, cleanup_mode="delete")  # type: ignore[attr-defined]
     dsn = str(_server.get_uri())
     os.environ[ENV] = dsn
     return dsn
