@@ -1,0 +1,331 @@
+"""``manage.py demo``: the shop and its confirmation queue end to end, with checks.
+
+Every step checks what it did; the command exits non-zero if any check fails.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+
+from dbqueue.message import State
+from shop.models import Order, OrderConfirmation
+
+PUSH_BATCH = 1_000
+POP_BATCH = 500
+#: Payload order ids of the bulk messages, far from the real orders' ids.
+BULK_ORDER_IDS = 1_000_000_000
+INVALID_EMAIL = "not-an-email"
+SMTP_ERROR = "SMTP timeout"
+
+
+def positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError(value)
+    return number
+
+
+def non_negative(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
+def total_items(stats: dict[str, Any]) -> int:
+    """Every item in the queue, whatever its state (expired leases are counted as leased)."""
+    return sum(stats[k] for k in ("ready", "scheduled", "leased", "done", "failed"))
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    age = stats["oldest_ready_age"]
+    shown = "none" if age is None else f"{age.total_seconds():.3f}s"
+    counts = ", ".join(f"{k} {stats[k]}" for k in stats if k != "oldest_ready_age")
+    return f"{counts}, oldest_ready_age {shown}"
+
+
+def rate(count: int, seconds: float) -> str:
+    if count == 0 or seconds <= 0:
+        return "n/a"
+    return f"{count / seconds:,.0f} messages/s ({count:,} in {seconds:.3f} s)"
+
+
+@dataclass
+class Checks:
+    """The demo's assertions: each is printed as it is made, and counted."""
+
+    out: Any
+    style: Any
+    failed: list[str] = field(default_factory=list)
+    passed: int = 0
+
+    def __call__(self, ok: bool, what: str) -> bool:
+        if ok:
+            self.passed += 1
+            self.out.write(f"  {self.style.SUCCESS('ok')}    {what}")
+        else:
+            self.failed.append(what)
+            self.out.write(f"  {self.style.ERROR('FAIL')}  {what}")
+        return ok
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the shop end to end: place orders over HTTP (each enqueues its confirmation in "
+        "the order's transaction), bulk-push confirmations, drain the queue, show a failure "
+        "and its retry. Exits non-zero if any check fails."
+    )
+    requires_system_checks = "__all__"
+    checks: Checks
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--orders",
+            type=positive,
+            default=20,
+            help="valid orders to place over HTTP (one invalid order is tried as well; default 20)",
+        )
+        parser.add_argument(
+            "--bulk",
+            type=non_negative,
+            default=10_000,
+            help=f"confirmations to push with push_many, in batches of {PUSH_BATCH:,} "
+            f"(default 10000)",
+        )
+
+    def handle(self, *args: Any, orders: int, bulk: int, **options: Any) -> None:
+        self.checks = Checks(self.stdout, self.style)
+        started = time.perf_counter()
+
+        self.section("Database")
+        call_command("migrate", verbosity=0, interactive=False)
+        database = self.database()
+        self.stdout.write(f"  {database}: migrations applied")
+
+        self.section("Clean up earlier runs")
+        self.clean_up()
+
+        self.section(f"Place {orders} orders over HTTP (POST /orders/), and one invalid order")
+        order_ids, message_ids = self.place_orders(orders)
+
+        self.section(f"Push {bulk:,} confirmations with push_many (batches of {PUSH_BATCH:,})")
+        bulk_ids, push_seconds = self.push_bulk(bulk)
+
+        # Message id -> the order id in its payload, in push order.
+        expected = dict(zip(message_ids, order_ids, strict=True))
+        expected.update((m, BULK_ORDER_IDS + i) for i, m in enumerate(bulk_ids))
+        self.section(f"Drain the queue with pop_batch({POP_BATCH}) + ack")
+        drained, drain_seconds = self.drain(expected)
+
+        self.section("A failed delivery: pop one item, fail(item, 'SMTP timeout')")
+        if order_ids:
+            self.fail_one(order_ids[0])
+        else:
+            self.checks(False, "an order to show the failure path with")
+
+        final = OrderConfirmation.queue.stats()
+        self.summary(
+            [
+                ("database", database),
+                ("where", settings.SHOP_DATABASE_DESCRIPTION),
+                ("orders placed", f"{len(order_ids)} over HTTP (+1 invalid, refused with 400)"),
+                (
+                    "messages pushed",
+                    f"{len(expected) + len(order_ids[:1]):,} ({len(message_ids)} by POST "
+                    f"/orders/, {len(bulk_ids):,} by push_many, {len(order_ids[:1])} for the "
+                    f"failure path)",
+                ),
+                ("push_many rate", rate(len(bulk_ids), push_seconds)),
+                ("drain rate", rate(drained, drain_seconds) + f", pop_batch({POP_BATCH}) + ack"),
+                ("final stats", format_stats(final)),
+                ("checks", f"{self.checks.passed} passed, {len(self.checks.failed)} failed"),
+                ("run time", f"{time.perf_counter() - started:.1f} s"),
+            ]
+        )
+        if self.checks.failed:
+            raise CommandError(
+                f"{len(self.checks.failed)} check(s) failed: " + "; ".join(self.checks.failed)
+            )
+        self.stdout.write(self.style.SUCCESS("Demo passed."))
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def database(self) -> str:
+        version = ".".join(str(part) for part in connection.get_database_version())
+        return f"{connection.display_name} {version} (vendor {connection.vendor!r})"
+
+    def clean_up(self) -> None:
+        queue = OrderConfirmation.queue
+        purged = queue.purge()
+        deleted, _ = Order.objects.all().delete()
+        self.stdout.write(f"  removed {deleted} orders and {purged} queued messages")
+        stats = queue.stats()
+        self.checks(
+            total_items(stats) == 0 and not Order.objects.exists(),
+            "the queue and the orders table are empty",
+        )
+
+    def place_orders(self, count: int) -> tuple[list[int], list[int]]:
+        client = Client()  # SERVER_NAME "testserver", which ALLOWED_HOSTS allows
+        order_ids: list[int] = []
+        message_ids: list[int] = []
+        started = time.perf_counter()
+        for i in range(count):
+            if i == count // 2:
+                self.place_invalid_order(client)
+            total = Decimal(9) + Decimal(i) * Decimal("2.50") + Decimal("0.99")
+            response = client.post(
+                "/orders/", {"email": f"customer{i + 1}@example.com", "total": str(total)}
+            )
+            if response.status_code != 201:
+                self.checks(False, f"order {i + 1}: POST /orders/ returned {response.status_code}")
+                continue
+            body = response.json()
+            order_ids.append(body["order"])
+            message_ids.append(body["message"])
+        seconds = time.perf_counter() - started
+        self.stdout.write(
+            f"  {len(order_ids)} orders placed in {seconds:.2f} s; "
+            f"first: order #{order_ids[0] if order_ids else '-'}, "
+            f"message #{message_ids[0] if message_ids else '-'}"
+        )
+        self.checks(len(order_ids) == count, f"all {count} valid orders answered 201 Created")
+        stored = set(Order.objects.values_list("id", flat=True))
+        self.checks(stored == set(order_ids), f"{count} orders stored, the ones the API returned")
+        queued = OrderConfirmation.queue.items()
+        pairs = set(queued.values_list("id", "order_id"))
+        self.checks(
+            pairs == set(zip(message_ids, order_ids, strict=True)),
+            f"{count} confirmations queued, one per order, with the ids the API returned",
+        )
+        response = Client().get("/queue/")
+        self.checks(
+            response.status_code == 200 and response.json()["ready"] == count,
+            f"GET /queue/ reports {count} ready messages",
+        )
+        return order_ids, message_ids
+
+    def place_invalid_order(self, client: Client) -> None:
+        orders_before = Order.objects.count()
+        messages_before = total_items(OrderConfirmation.queue.stats())
+        response = client.post("/orders/", {"email": INVALID_EMAIL, "total": "12.50"})
+        orders_after = Order.objects.count()
+        messages_after = total_items(OrderConfirmation.queue.stats())
+        errors = response.json().get("errors", {}) if response.status_code == 400 else {}
+        self.stdout.write(
+            f"  invalid order (email {INVALID_EMAIL!r}): HTTP {response.status_code}, "
+            f"errors on {sorted(errors)}; orders {orders_before} -> {orders_after}, "
+            f"messages {messages_before} -> {messages_after}"
+        )
+        self.checks(
+            response.status_code == 400 and "email" in errors,
+            "the invalid order is refused with 400 and an error on 'email'",
+        )
+        self.checks(
+            (orders_after, messages_after) == (orders_before, messages_before),
+            "the invalid order left nothing behind (no order, no message)",
+        )
+
+    def push_bulk(self, count: int) -> tuple[list[int], float]:
+        rows = [
+            {"order_id": BULK_ORDER_IDS + i, "email": f"bulk{i}@example.com"} for i in range(count)
+        ]
+        started = time.perf_counter()
+        ids = OrderConfirmation.queue.push_many(rows, batch_size=PUSH_BATCH)
+        seconds = time.perf_counter() - started
+        self.stdout.write(f"  {rate(len(ids), seconds)}")
+        self.checks(
+            len(ids) == count and len(set(ids)) == count,
+            f"push_many returned {count:,} distinct ids",
+        )
+        return ids, seconds
+
+    def drain(self, expected: dict[int, int]) -> tuple[int, float]:
+        """Pop and ack until the queue is empty; ``expected`` maps message id -> order id."""
+        queue = OrderConfirmation.queue
+        before = queue.stats()
+        self.stdout.write(f"  before: {format_stats(before)}")
+        self.checks(
+            before["ready"] == len(expected) == total_items(before),
+            f"{len(expected):,} messages are ready, and nothing else is queued",
+        )
+        seen: list[tuple[int, int]] = []
+        acked = 0
+        batches = 0
+        started = time.perf_counter()
+        while batch := queue.pop_batch(POP_BATCH):
+            seen.extend((item.id, item.order_id) for item in batch)
+            acked += len(queue.ack(batch))
+            batches += 1
+        seconds = time.perf_counter() - started
+        self.stdout.write(f"  {rate(acked, seconds)} in {batches} batches")
+        self.checks(acked == len(seen), f"every popped message was acked ({acked:,})")
+        self.checks(
+            len(seen) == len(expected) and dict(seen) == expected,
+            f"drained exactly the {len(expected):,} messages pushed, each once, each with "
+            f"its own payload",
+        )
+        # Same priority: delivered by run_at, then id, i.e. in the order they were pushed.
+        self.checks([m for m, _ in seen] == list(expected), "delivered in push order (FIFO)")
+        after = queue.stats()
+        self.stdout.write(f"  after: {format_stats(after)}")
+        self.checks(total_items(after) == 0, "the queue is empty")
+        return acked, seconds
+
+    def fail_one(self, order_id: int) -> None:
+        queue = OrderConfirmation.queue
+        order = Order.objects.get(pk=order_id)
+        pushed = queue.push(order_id=order.pk, email=order.email)
+        batch = queue.pop_batch(1)
+        if not self.checks(
+            [item.id for item in batch] == [pushed],
+            f"popped message #{pushed} (order #{order.pk})",
+        ):
+            return
+        item = batch[0]
+        result = queue.fail(item, SMTP_ERROR)
+        self.checks(result == {pushed: State.READY}, "fail() put it back to ready, for a retry")
+        stats = queue.stats()
+        self.stdout.write(f"  stats: {format_stats(stats)}")
+        self.checks(
+            (stats["scheduled"], stats["ready"], stats["leased"], stats["failed"]) == (1, 0, 0, 0),
+            "stats show it scheduled for a retry (not ready yet, not failed)",
+        )
+        row = queue.items().get(pk=pushed)
+        wait = row.run_at - timezone.now()
+        max_attempts = queue.spec.options.max_attempts
+        self.stdout.write(
+            f"  message #{pushed}: attempt {row.attempts} of {max_attempts} failed with "
+            f"{row.last_error!r}; retry in {wait.total_seconds():.1f} s, at {row.run_at:%H:%M:%S}"
+        )
+        self.checks(
+            row.attempts == 1 and row.last_error == SMTP_ERROR and wait > timedelta(0),
+            "the error and the attempt are recorded, the retry is in the future",
+        )
+
+    # -- output -------------------------------------------------------------------------------
+
+    def section(self, title: str) -> None:
+        self.stdout.write("")
+        self.stdout.write(self.style.MIGRATE_HEADING(title))
+
+    def summary(self, rows: list[tuple[str, str]]) -> None:
+        width = max(len(label) for label, _ in rows)
+        rule = "-" * (width + 3 + max(len(value) for _, value in rows))
+        self.stdout.write("")
+        self.stdout.write(self.style.MIGRATE_HEADING("Summary"))
+        self.stdout.write(rule)
+        for label, value in rows:
+            self.stdout.write(f"{label:<{width}} | {value}")
+        self.stdout.write(rule)

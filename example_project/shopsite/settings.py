@@ -1,0 +1,76 @@
+"""Settings of the example shop.
+
+The database is ``DATABASE_URL`` if set, else an embedded PostgreSQL server in
+``demo-data/pg`` (SQLite in ``demo-data/`` without pgserver): see ``shopsite/database.py``.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+from shopsite.database import configure
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DEMO_DATA = BASE_DIR / "demo-data"
+
+# A demo: the key only signs sessions of the local admin. Set DJANGO_SECRET_KEY elsewhere.
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "shop-demo-only-not-secret")
+DEBUG = os.environ.get("DJANGO_DEBUG") == "1"
+# "testserver" is the SERVER_NAME of django.test.Client, which the demo command uses.
+ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]", "testserver"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "dbqueue_django",
+    "shop",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "shopsite.urls"
+WSGI_APPLICATION = "shopsite.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+_database = configure(os.environ.get("DATABASE_URL"), DEMO_DATA)
+DATABASES = {"default": _database.settings}
+#: Shown by the demo command's summary (never contains a password).
+SHOP_DATABASE_DESCRIPTION = _database.description
+# stderr, so that commands whose stdout is data (dumpdata, sqlmigrate) stay clean.
+print(f"shop: database: {_database.description}", file=sys.stderr)
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# With DEBUG off, runserver serves the admin's CSS only with --insecure.
+STATIC_URL = "static/"
