@@ -24,8 +24,9 @@ from dbqueue.message import DeliveryMode, Message, QueueStats, RescueResult, Sta
 from dbqueue.spec import PRIORITY_MAX, PRIORITY_MIN, QueueSpec
 from dbqueue.sql import Statement, render
 
-#: Something that names a leased item: a Message, an (id, attempts) token, an object with
-#: ``id`` and ``attempts`` attributes (a model instance), or a bare id (not fenced by attempts).
+#: Something that names a leased item: a Message, an object with ``id`` and ``attempts``
+#: attributes (a model instance), a bare id (not fenced by attempts), or — as an element of a
+#: list — an ``(id, attempts)`` tuple. A tuple passed on its own is a sequence of items.
 TokenLike = Any
 Token = tuple[int, int | None]
 
@@ -50,7 +51,7 @@ def to_token(item: TokenLike) -> Token:
 
 def to_tokens(items: TokenLike | Iterable[TokenLike]) -> list[Token]:
     """One item or many, deduplicated by id (the last token wins), in first-seen order."""
-    if isinstance(items, int | tuple) or hasattr(items, "id"):
+    if isinstance(items, int) or hasattr(items, "id"):
         items = [items]
     tokens: dict[int, Token] = {}
     for item in items:

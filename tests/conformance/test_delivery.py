@@ -169,3 +169,11 @@ def test_push_in_a_rolled_back_transaction_leaves_nothing(front: Front) -> None:
         front.push_many([{"name": "y"}, {"name": "z"}])
         raise Boom
     assert front.counts() == (0, 0)
+
+
+def test_a_tuple_of_items_is_a_sequence_not_a_token(front: Front) -> None:
+    front.push_many([{"name": "a"}, {"name": "b"}, {"name": "c"}])
+    a, b, c = front.pop_batch(3)
+    assert sorted(front.ack((a, b))) == sorted([a.id, b.id])
+    assert front.ack([(c.id, c.attempts)]) == [c.id]  # a token, inside a list
+    assert front.counts() == (0, 0)
