@@ -55,3 +55,23 @@ def django_database(dsn: str) -> dict[str, Any]:
 def worker_id() -> str:
     """``gw0``... under xdist, ``main`` otherwise."""
     return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+def database_url(dsn: str, dbname: str) -> str:
+    """A ``postgresql://`` URL for database ``dbname`` on the server of ``dsn`` (sockets too)."""
+    from urllib.parse import quote, urlencode
+
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = {k: str(v) for k, v in conninfo_to_dict(dsn).items()}
+    user = quote(info.get("user", ""))
+    password = f":{quote(info['password'])}" if info.get("password") else ""
+    host = info.get("host", "")
+    query = {}
+    if host.startswith("/"):  # a socket directory goes in the query string
+        query["host"], host = host, ""
+    port = f":{info['port']}" if info.get("port") and host else ""
+    if info.get("port") and not host:
+        query["port"] = info["port"]
+    suffix = f"?{urlencode(query)}" if query else ""
+    return f"postgresql://{user}{password}@{host}{port}/{quote(dbname)}{suffix}"
