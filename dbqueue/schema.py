@@ -21,7 +21,8 @@ def create_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
         f"    {q(f.name)} {dialect.column_type(f)}{'' if f.nullable else ' NOT NULL'},\n"
         for f in spec.fields
     )
-    now = "now()" if pg else "CURRENT_TIMESTAMP"
+    # The same defaults Django's migrations write (Now() on each backend).
+    now = "statement_timestamp()" if pg else "(STRFTIME('%Y-%m-%d %H:%M:%f', 'NOW'))"
     meta, data = q(spec.meta_table), q(spec.table)
     statements = [
         f"CREATE TABLE {data} (\n    id {data_id},\n{payload}"

@@ -329,7 +329,8 @@ class SplitQueue:
     # -- administration -----------------------------------------------------------------------
 
     def _ids(self, ids: Iterable[TokenLike] | int) -> list[int]:
-        out = [to_token(i)[0] for i in ([ids] if isinstance(ids, int) else ids)]
+        single = isinstance(ids, int) or hasattr(ids, "id")
+        out = [to_token(i)[0] for i in ([ids] if single else ids)]
         return list(dict.fromkeys(out))
 
     def retry(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:

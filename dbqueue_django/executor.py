@@ -45,6 +45,9 @@ class DjangoExecutor:
 
     def execute(self, sql: str, params: Mapping[str, Any]) -> list[Row]:
         conn = self.connection
+        # As Django's own cursors do: inside an atomic block already marked for rollback,
+        # refuse to run instead of working on a transaction that is going to be undone.
+        conn.validate_no_broken_transaction()
         conn.ensure_connection()
         # The core's own executor runs the statement on Django's raw DB-API connection, so the
         # SQL joins whatever transaction Django has open.

@@ -33,6 +33,7 @@ def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
     table = opts.db_table
 
     class Meta:
+        apps = opts.apps  # the data model's registry (isolated test apps, historical models)
         app_label = opts.app_label
         db_table = f"{table}_meta"
         verbose_name = f"{opts.verbose_name} queue state"

@@ -101,6 +101,15 @@ def spec_for_model(model: type[QueueModel]) -> QueueSpec:
     """Build and validate the QueueSpec of a queue model (raises InvalidSpec)."""
     if model._meta.pk is None or model._meta.pk.name != "id":
         raise InvalidSpec(f"{model._meta.label}: a queue model keeps the inherited 'id' key")
+    if model._meta.local_many_to_many:
+        names = ", ".join(
+            f"{f.name!r} ({type(f).__name__})" for f in model._meta.local_many_to_many
+        )
+        # The join table's foreign key would block the raw delete of an acknowledged item.
+        raise InvalidSpec(
+            f"{model._meta.label}: many-to-many field(s) {names} cannot be part of a queue "
+            f"payload; store the ids in a JSONField instead"
+        )
     fields = tuple(to_field(f) for f in payload_fields(model))
     try:
         return QueueSpec(model._meta.db_table, fields, options_of(model))
