@@ -329,8 +329,8 @@ class SplitQueue:
     # -- administration -----------------------------------------------------------------------
 
     def _ids(self, ids: Iterable[TokenLike] | int) -> list[int]:
-        single = isinstance(ids, int) or hasattr(ids, "id")
-        out = [to_token(i)[0] for i in ([ids] if single else ids)]
+        items: Iterable[TokenLike] = [ids] if isinstance(ids, int) or hasattr(ids, "id") else ids
+        out = [to_token(i)[0] for i in items]
         return list(dict.fromkeys(out))
 
     def retry(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
