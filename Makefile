@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo test lint format typecheck check docs docs-serve clean distclean
+.PHONY: help venv demo test test-django52 lint format typecheck check docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -43,8 +43,25 @@ $(STAMP): pyproject.toml
 demo: venv ## Run the example shop's demo (embedded PostgreSQL unless DATABASE_URL is set)
 	cd example_project && $(abspath $(PY)) manage.py demo
 
-test: venv ## Run the whole test suite (PostgreSQL and SQLite); extra pytest args via PYTEST_ARGS
+test: venv ## Run the whole test suite (PostgreSQL and SQLite), then the Django 5.2 LTS run
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-django52
+
+# The supported Django versions are 5.2 LTS and 6.x: the Django-facing tests run once more in
+# a second venv with Django 5.2 (the main venv has the newest 6.x).
+VENV52 ?= .venv-django52
+STAMP52 := $(VENV52)/.installed
+
+$(STAMP52): pyproject.toml | venv
+	@if ! $(VENV52)/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then \
+		"$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv --clear "$(VENV52)" || exit 1; \
+	fi
+	$(VENV52)/bin/python -m pip install -q --upgrade pip
+	$(VENV52)/bin/python -m pip install -q -e '.[dev]' 'django>=5.2,<5.3'
+	@touch $@
+
+test-django52: $(STAMP52) ## Run the Django and conformance tests on Django 5.2 LTS
+	$(VENV52)/bin/python scripts/run_tests.py tests/django tests/conformance tests/example $(PYTEST_ARGS)
 
 lint: venv ## Check the code with ruff (lint and formatting)
 	$(VENV)/bin/ruff check .
@@ -68,5 +85,5 @@ docs-serve: venv ## Serve the documentation with live reload on http://127.0.0.1
 clean: ## Remove build output and tool caches (keeps the venv)
 	rm -rf build/ site/ .pytest_cache .mypy_cache .ruff_cache example_project/demo-data
 
-distclean: clean ## Remove everything clean removes, and the venv
-	rm -rf "$(VENV)"
+distclean: clean ## Remove everything clean removes, and the venvs
+	rm -rf "$(VENV)" "$(VENV52)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,10 +25,21 @@ class Backoff:
     def __post_init__(self) -> None:
         from dbqueue.errors import InvalidSpec
 
+        for name in ("base", "cap"):
+            if not isinstance(getattr(self, name), timedelta):
+                raise InvalidSpec(
+                    f"backoff {name} must be a timedelta, got {getattr(self, name)!r}"
+                )
+        for name in ("factor", "jitter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+                raise InvalidSpec(f"backoff {name} must be a number, got {value!r}")
         if self.base < timedelta(0) or self.cap < self.base:
             raise InvalidSpec("backoff needs 0 <= base <= cap")
-        if self.factor < 1 or not 0 <= self.jitter < 1:
-            raise InvalidSpec("backoff needs factor >= 1 and 0 <= jitter < 1")
+        if self.factor < 1 or math.isinf(self.factor):
+            raise InvalidSpec(f"backoff factor must be finite and >= 1, got {self.factor!r}")
+        if not 0 <= self.jitter < 1:
+            raise InvalidSpec(f"backoff jitter must be in [0, 1), got {self.jitter!r}")
 
     def delay(self, attempts: int, rng: random.Random | None = None) -> timedelta:
         """The wait after the ``attempts``-th failed attempt (1-based)."""
@@ -43,4 +55,8 @@ class Backoff:
         if self.jitter:
             r = (rng or random).uniform(-self.jitter, self.jitter)
             seconds *= 1 + r
-        return timedelta(seconds=seconds)
+        # A cap near timedelta.max means "no cap": jitter must not push past what fits.
+        return timedelta(seconds=min(seconds, _MAX_SECONDS))
+
+
+_MAX_SECONDS = (timedelta.max - timedelta(days=1)).total_seconds()

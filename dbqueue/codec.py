@@ -12,7 +12,9 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import math
 import operator
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,10 @@ if TYPE_CHECKING:
     from dbqueue.dialects.base import Dialect
 
 Converter = Callable[[Any], Any]
+
+#: ``\u0000`` in JSON text, unless its backslash is itself escaped (a literal ``\\u0000``).
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+_MISSING: Any = object()
 
 _INT_RANGES = {
     FieldKind.SMALLINT: (-(2**15), 2**15 - 1),
@@ -69,7 +75,7 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
                 raise _fail(spec, f, value, f"is {len(value)} characters, max {f.max_length}")
             if "\x00" in value:
                 raise _fail(spec, f, value, "contains a NUL character, which text cannot store")
-            return value, len(value)
+            return value, _utf8_size(spec, f, value)
         if kind is FieldKind.BOOLEAN:
             if not isinstance(value, bool):
                 raise _fail(spec, f, value, "expects a bool")
@@ -77,6 +83,9 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
         if kind is FieldKind.FLOAT:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise _fail(spec, f, value, "expects a float")
+            if math.isnan(value):
+                # SQLite turns NaN into NULL: refused everywhere rather than lost somewhere.
+                raise _fail(spec, f, value, "is NaN, which not every database can store")
             return float(value), 8
         if kind is FieldKind.DECIMAL:
             return _check_decimal(spec, f, value), 16
@@ -94,6 +103,11 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
                 )
             if not aware and has_tz:
                 raise _fail(spec, f, value, "is an aware datetime but time zone support is off")
+            if has_tz:
+                try:
+                    value.astimezone(dt.UTC)
+                except OverflowError:
+                    raise _fail(spec, f, value, "is out of range once converted to UTC") from None
             return value, 8
         if kind is FieldKind.DATE:
             if not isinstance(value, dt.date) or isinstance(value, dt.datetime):
@@ -101,12 +115,12 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
             return value, 4
         if kind is FieldKind.JSON:
             try:
-                text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+                text = json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
             except (TypeError, ValueError) as exc:
                 raise _fail(spec, f, value, f"is not JSON-encodable: {exc}") from None
-            if "\\u0000" in text:
+            if _JSON_NUL.search(text):
                 raise _fail(spec, f, value, "contains a NUL character, which JSON columns reject")
-            return text, len(text)
+            return text, _utf8_size(spec, f, text)
         if kind is FieldKind.BYTES:
             if not isinstance(value, bytes | bytearray | memoryview):
                 raise _fail(spec, f, value, "expects bytes")
@@ -121,6 +135,16 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
         raise AssertionError(kind)  # pragma: no cover - FieldKind is closed
 
     return check
+
+
+def _utf8_size(spec: QueueSpec, f: Field, text: str) -> int:
+    """The stored size of ``text``; a lone surrogate (not encodable as UTF-8) is refused."""
+    if text.isascii():
+        return len(text)
+    try:
+        return len(text.encode())
+    except UnicodeEncodeError:
+        raise _fail(spec, f, text, "contains a lone surrogate, which is not valid UTF-8") from None
 
 
 def _check_decimal(spec: QueueSpec, f: Field, value: Any) -> decimal.Decimal:
@@ -150,7 +174,8 @@ class Codec:
     def __init__(self, spec: QueueSpec, dialect: Dialect) -> None:
         self.spec = spec
         self.names = spec.field_names
-        self._required = frozenset(f.name for f in spec.fields if not (f.has_default or f.nullable))
+        self._fields = spec.fields
+        self._required = frozenset(f.name for f in spec.fields if not f.has_default)
         self._known = frozenset(self.names)
         self._checks = [_validator(spec, f) for f in spec.fields]
         self._encoders: list[Converter | None] = [dialect.encoder(f.kind) for f in spec.fields]
@@ -167,8 +192,11 @@ class Codec:
             self._raise_names(payload)
         values: list[Any] = []
         size = 0
-        for name, check, enc in zip(self.names, self._checks, self._encoders, strict=True):
-            value, n = check(payload.get(name))
+        for f, check, enc in zip(self._fields, self._checks, self._encoders, strict=True):
+            value = payload.get(f.name, _MISSING)
+            if value is _MISSING:
+                value = f.default_value()
+            value, n = check(value)
             size += n
             values.append(enc(value) if enc is not None and value is not None else value)
         if size > self._limit:

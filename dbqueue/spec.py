@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+from typing import Any
 
 from dbqueue.backoff import Backoff
 from dbqueue.errors import InvalidSpec
@@ -34,6 +35,16 @@ RESERVED_NAMES = frozenset(
 )  # fmt: skip
 
 PRIORITY_MIN, PRIORITY_MAX = -32768, 32767  # smallint
+
+
+class _NoDefault:
+    """The marker of a field that has no default (``None`` is a valid default)."""
+
+    def __repr__(self) -> str:
+        return "NO_DEFAULT"
+
+
+NO_DEFAULT: Any = _NoDefault()
 MAX_ATTEMPTS_LIMIT = 32767  # attempts is a smallint
 
 
@@ -64,8 +75,21 @@ class Field:
     max_length: int | None = None  # TEXT only: a varchar(n) column
     max_digits: int | None = None  # DECIMAL only
     decimal_places: int | None = None  # DECIMAL only
-    has_default: bool = False  # the caller may leave it out of a push
+    #: Used when a push leaves the field out: a value, or a callable returning one (called for
+    #: every push, as Django does). Nullable fields without a default default to None.
+    default: Any = NO_DEFAULT
     min_value: int | None = None  # integers only: e.g. 0 for Django's Positive*Field
+
+    @property
+    def has_default(self) -> bool:
+        """True if a push may leave this field out."""
+        return self.default is not NO_DEFAULT or self.nullable
+
+    def default_value(self) -> Any:
+        """The value used when a push leaves the field out."""
+        if self.default is NO_DEFAULT:
+            return None
+        return self.default() if callable(self.default) else self.default
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +106,17 @@ class QueueOptions:
     aware_datetimes: bool = True
 
     def __post_init__(self) -> None:
+        attempts = self.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int):
+            raise InvalidSpec(f"max_attempts must be an int, got {attempts!r}")
         if not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
             raise InvalidSpec(
                 f"max_attempts must be between 1 and {MAX_ATTEMPTS_LIMIT}, got {self.max_attempts}"
             )
         if not isinstance(self.lease, timedelta) or self.lease <= timedelta(0):
             raise InvalidSpec(f"lease must be a positive timedelta, got {self.lease!r}")
+        if not isinstance(self.backoff, Backoff):
+            raise InvalidSpec(f"backoff must be a dbqueue.Backoff, got {self.backoff!r}")
         for name in ("max_payload_bytes", "push_many_batch", "rescue_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -103,7 +132,7 @@ def index_name(table: str, purpose: str) -> str:
 
 def check_identifier(name: str, what: str, max_bytes: int = MAX_IDENTIFIER_BYTES) -> str:
     """Return ``name`` if it is a safe identifier, else raise :class:`InvalidSpec`."""
-    if not isinstance(name, str) or not IDENTIFIER.match(name):
+    if not isinstance(name, str) or not IDENTIFIER.fullmatch(name):
         raise InvalidSpec(
             f"{what} {name!r} is not a valid identifier: use lower-case letters, digits and "
             f"underscores, starting with a letter or underscore"
@@ -140,7 +169,12 @@ class QueueSpec:
             if f.name in seen:
                 raise InvalidSpec(f"field {f.name!r} of queue {self.table!r} is declared twice")
             seen.add(f.name)
-            if f.max_length is not None and (f.kind is not FieldKind.TEXT or f.max_length < 1):
+            if f.max_length is not None and (
+                f.kind is not FieldKind.TEXT
+                or not isinstance(f.max_length, int)
+                or isinstance(f.max_length, bool)
+                or f.max_length < 1
+            ):
                 raise InvalidSpec(f"max_length applies to text fields only ({f.name!r})")
 
     @property

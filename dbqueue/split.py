@@ -35,6 +35,14 @@ RESCUE_ERROR = "lease expired: the worker holding it died, or overran its lease"
 _ZERO = dt.timedelta(0)
 
 
+def _positive(name: str, value: int | None, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
 def to_token(item: TokenLike) -> Token:
     """Normalise one of the forms in :data:`TokenLike` to ``(id, attempts | None)``."""
     if isinstance(item, bool):
@@ -166,9 +174,7 @@ class SplitQueue:
         """
         schedule = self._schedule(priority, delay, run_at)
         encoded = [self.codec.encode(row) for row in rows]
-        size = batch_size or self.spec.options.push_many_batch
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise InvalidArgument(f"batch_size must be a positive int, got {size!r}")
+        size = _positive("batch_size", batch_size, self.spec.options.push_many_batch)
         if not encoded:
             return []
         chunks = [encoded[i : i + size] for i in range(0, len(encoded), size)]
@@ -343,7 +349,7 @@ class SplitQueue:
 
     def rescue(self, ex: Executor, *, batch: int | None = None) -> RescueResult:
         """Expired leases back to ready (failed after max_attempts), in small batches."""
-        size = batch or self.spec.options.rescue_batch
+        size = _positive("batch", batch, self.spec.options.rescue_batch)
         ready = failed = 0
         while True:
             params = {

@@ -67,10 +67,6 @@ class DjangoQueue[M: "QueueModel"]:
             out[str(f.attname)] = f
         return out
 
-    @cached_property
-    def _defaults(self) -> list[models.Field[Any, Any]]:
-        return [f for f in payload_fields(self.model) if f.has_default()]
-
     def _payload(self, values: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         fields = self._fields
@@ -82,9 +78,6 @@ class DjangoQueue[M: "QueueModel"]:
                 out[str(f.column)] = value.pk
             else:
                 out[str(f.column)] = value
-        for f in self._defaults:
-            if f.column not in out:
-                out[str(f.column)] = f.get_default()
         return out
 
     @cached_property

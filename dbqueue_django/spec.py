@@ -10,7 +10,7 @@ from django.db import models
 
 from dbqueue.backoff import Backoff
 from dbqueue.errors import InvalidSpec
-from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
+from dbqueue.spec import NO_DEFAULT, Field, FieldKind, QueueOptions, QueueSpec
 
 if TYPE_CHECKING:
     from dbqueue_django.models import QueueModel
@@ -73,7 +73,7 @@ def to_field(f: models.Field[Any, Any]) -> Field:
         decimal_places=getattr(target, "decimal_places", None)
         if kind is FieldKind.DECIMAL
         else None,
-        has_default=f.has_default(),
+        default=f.default if f.has_default() else NO_DEFAULT,
         min_value=0 if internal.startswith("Positive") else None,
     )
 

@@ -18,7 +18,7 @@ import psycopg
 from dbqueue import QueueSpec, SplitQueue, get_dialect
 from dbqueue.drivers import executor_for
 from dbqueue.schema import create_statements
-from tests.conformance.spec import JOB_DEFAULTS, JOB_FIELDS, JOB_OPTIONS
+from tests.conformance.spec import JOB_FIELDS, JOB_OPTIONS
 
 PAYLOAD = tuple(f.name for f in JOB_FIELDS)
 PAST = {"postgresql": "'2000-01-01 00:00:00+00'", "sqlite": "'2000-01-01 00:00:00.000000'"}
@@ -109,12 +109,10 @@ class CoreFront(Front):
                 yield
 
     def push(self, priority: int = 0, delay: Any = None, run_at: Any = None, **payload: Any) -> int:
-        return self.queue.push(
-            self.ex, {**JOB_DEFAULTS, **payload}, priority=priority, delay=delay, run_at=run_at
-        )
+        return self.queue.push(self.ex, payload, priority=priority, delay=delay, run_at=run_at)
 
     def push_many(self, rows: list[dict[str, Any]], **kw: Any) -> list[int]:
-        return self.queue.push_many(self.ex, [{**JOB_DEFAULTS, **r} for r in rows], **kw)
+        return self.queue.push_many(self.ex, rows, **kw)
 
     def pop_batch(self, n: int = 1, **kw: Any) -> list[Item]:
         return [

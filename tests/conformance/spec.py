@@ -7,15 +7,13 @@ from dbqueue.spec import Field, FieldKind, QueueOptions
 
 JOB_FIELDS = (
     Field("name", FieldKind.TEXT, max_length=50),
-    Field("n", FieldKind.INTEGER, has_default=True),
+    Field("n", FieldKind.INTEGER, default=0),
     Field("doc", FieldKind.JSON, nullable=True),
     Field("at", FieldKind.DATETIME, nullable=True),
     Field("amount", FieldKind.DECIMAL, nullable=True, max_digits=8, decimal_places=2),
     Field("uid", FieldKind.UUID, nullable=True),
     Field("blob", FieldKind.BYTES, nullable=True),
-    Field("flag", FieldKind.BOOLEAN, has_default=True),
+    Field("flag", FieldKind.BOOLEAN, default=False),
     Field("small", FieldKind.SMALLINT, nullable=True, min_value=0),
 )
 JOB_OPTIONS = QueueOptions(max_attempts=3, lease=timedelta(seconds=30))
-#: Defaults the Django model fills in; the core front fills the same ones.
-JOB_DEFAULTS = {"n": 0, "flag": False}

@@ -214,11 +214,16 @@ def test_none_for_nullable_fields_and_omitted_nullables(codec: Codec) -> None:
 
 
 def test_a_field_with_a_default_may_be_left_out() -> None:
-    # Field.has_default: "the caller may leave it out of a push". The codec does not count it
-    # as missing, but must not then refuse the absent value as "not nullable (got None)".
-    spec = QueueSpec("defaults", (Field("n", K.INTEGER, has_default=True), Field("s", K.TEXT)))
+    # Field.default is used when a push leaves the field out; a callable is called each time.
+    counter = iter(range(100))
+    spec = QueueSpec(
+        "defaults",
+        (Field("n", K.INTEGER, default=7), Field("c", K.INTEGER, default=lambda: next(counter)),
+         Field("s", K.TEXT)),
+    )  # fmt: skip
     for dialect in (PostgreSQL(), SQLite()):
-        assert Codec(spec, dialect).encode({"s": "x"})[1] == "x"
+        assert Codec(spec, dialect).encode({"s": "x"})[::2] == [7, "x"]
+    assert Codec(spec, PostgreSQL()).encode({"s": "y"})[1] == 2
 
 
 # -- size ---------------------------------------------------------------------------------------

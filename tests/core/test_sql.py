@@ -25,7 +25,7 @@ K = FieldKind
 SAMPLE_FIELDS = (
     Field("k_small", K.SMALLINT, min_value=0),
     Field("k_int", K.INTEGER, nullable=True),
-    Field("k_big", K.BIGINT, has_default=True),
+    Field("k_big", K.BIGINT, default=0),
     Field("k_float", K.FLOAT),
     Field("k_dec", K.DECIMAL, max_digits=10, decimal_places=3),
     Field("k_chars", K.TEXT, max_length=40),
