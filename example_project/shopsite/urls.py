@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 from django.urls import path
+
 from shop import views
 
 urlpatterns = [
