@@ -1,6 +1,8 @@
 """Named SQL statements, one file per dialect and layout (``sql/<dialect>/<layout>.sql``).
 
-A file is a sequence of blocks, each introduced by a line ``-- name --``. A block is one
+A file is a sequence of blocks, each introduced by a line ``-- name --``. A block whose name
+starts with an underscore is a fragment, not a statement: other blocks of the file include it
+as ``{_name}``, so SQL shared by several statements is written once per dialect. A block is one
 statement, or (where a dialect lacks data-modifying CTEs) a few statements separated by ``;`` at
 the end of a line, which the core runs in one transaction. Comment lines are dropped so the text
 sent to the server, and so the prepared-statement cache key, stays compact.
@@ -30,9 +32,18 @@ class Statement:
     parts: tuple[str, ...]
 
 
-@cache
 def load(dialect: str, layout: str) -> dict[str, tuple[str, ...]]:
-    """The raw (unrendered) blocks of ``sql/<dialect>/<layout>.sql``, by name."""
+    """The raw (unrendered) statements of ``sql/<dialect>/<layout>.sql``, by name."""
+    return {k: v for k, v in _blocks(dialect, layout).items() if not k.startswith("_")}
+
+
+def fragments(dialect: str, layout: str) -> dict[str, str]:
+    """The raw fragments of the file (blocks named ``_name``), by name."""
+    return {k: "\n".join(v) for k, v in _blocks(dialect, layout).items() if k.startswith("_")}
+
+
+@cache
+def _blocks(dialect: str, layout: str) -> dict[str, tuple[str, ...]]:
     text = resources.files(__package__).joinpath(dialect, f"{layout}.sql").read_text("utf-8")
     blocks: dict[str, list[str]] = {}
     current: list[str] | None = None
@@ -84,6 +95,8 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
 def render(spec: QueueSpec, dialect: Dialect, layout: str) -> dict[str, Statement]:
     """Every statement of ``layout`` for this queue on this dialect, ready to execute."""
     context = split_context(spec, dialect)
+    for name, text in fragments(dialect.name, layout).items():
+        context[name] = text.format(**context)
     return {
         name: Statement(name, tuple(part.format(**context) for part in parts))
         for name, parts in load(dialect.name, layout).items()

@@ -77,13 +77,12 @@ SELECT m.id, m.attempts + 1, m.priority, m.run_at, NULL::timestamptz, d.enqueued
 FROM m JOIN d ON d.id = m.id
 ORDER BY m.priority DESC, m.run_at, m.id;
 
--- split_ack --
--- Fenced: only rows still leased under the caller's token (id, attempts) are removed, so a
--- worker whose lease expired cannot ack the redelivered copy. strict = all or nothing.
--- Rows are locked in id order so that overlapping acks cannot deadlock.
-WITH tok AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::smallint[]) AS t(id, attempts)
-), mine AS (
+-- _held_tokens --
+-- A fragment of ack and fail (a block named with a leading underscore): the rows of `tok`
+-- still leased under their token (id, attempts), so a worker whose lease expired cannot ack
+-- or fail the redelivered copy. Locked in id order, so overlapping acks cannot deadlock.
+-- `allowed` is all of them, or none when strict and any is missing.
+mine AS (
     SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
     WHERE m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
     ORDER BY m.id
@@ -91,7 +90,12 @@ WITH tok AS (
 ), allowed AS (
     SELECT id FROM mine
     WHERE NOT %(strict)s OR (SELECT count(*) FROM mine) = %(count)s
-), m AS (
+)
+
+-- split_ack --
+WITH tok AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::smallint[]) AS t(id, attempts)
+), {_held_tokens}, m AS (
     DELETE FROM {meta} AS m USING allowed
     WHERE m.id = allowed.id
     RETURNING m.id
@@ -108,15 +112,7 @@ SELECT id FROM m;
 WITH tok AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::smallint[], %(delays)s::interval[],
                          %(errors)s::text[]) AS t(id, attempts, delay, error)
-), mine AS (
-    SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
-    WHERE m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
-    ORDER BY m.id
-    FOR UPDATE OF m
-), allowed AS (
-    SELECT id FROM mine
-    WHERE NOT %(strict)s OR (SELECT count(*) FROM mine) = %(count)s
-), m AS (
+), {_held_tokens}, m AS (
     UPDATE {meta} AS m
     SET state = CASE WHEN m.attempts >= %(max_attempts)s THEN 3 ELSE 0 END,
         run_at = CASE WHEN m.attempts >= %(max_attempts)s THEN statement_timestamp()

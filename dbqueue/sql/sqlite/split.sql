@@ -50,16 +50,23 @@ RETURNING id, attempts + 1, priority, run_at, NULL,
           (SELECT d.last_error FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
 DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
 
+-- _held_tokens --
+-- A fragment of ack and fail: the rows of `tok` still leased under their token; `allowed` is
+-- all of them, or none when strict and any is missing.
+mine AS (
+    SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
+    WHERE m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
+), allowed AS (
+    SELECT id FROM mine WHERE NOT :strict OR (SELECT count(*) FROM mine) = :count
+)
+
 -- split_ack --
 WITH tok AS (
     SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS attempts
     FROM json_each(:tokens)
-), mine AS (
-    SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
-    WHERE m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
-)
+), {_held_tokens}
 DELETE FROM {meta}
-WHERE id IN (SELECT id FROM mine WHERE NOT :strict OR (SELECT count(*) FROM mine) = :count)
+WHERE id IN (SELECT id FROM allowed)
 RETURNING id;
 DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
 
@@ -68,16 +75,13 @@ WITH tok AS (
     SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS attempts,
            json_extract(value, '$[2]') AS run_at
     FROM json_each(:tokens)
-), mine AS (
-    SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
-    WHERE m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
-)
+), {_held_tokens}
 UPDATE {meta} AS m
 SET state = CASE WHEN attempts >= :max_attempts THEN 3 ELSE 0 END,
     run_at = CASE WHEN attempts >= :max_attempts THEN :now
                   ELSE (SELECT tok.run_at FROM tok WHERE tok.id = m.id) END,
     lease_until = NULL
-WHERE id IN (SELECT id FROM mine WHERE NOT :strict OR (SELECT count(*) FROM mine) = :count)
+WHERE id IN (SELECT id FROM allowed)
 RETURNING id, state;
 UPDATE {data}
 SET last_error = (SELECT json_extract(t.value, '$[3]') FROM json_each(:tokens) AS t
