@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
 	@echo
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 venv: $(STAMP) ## Create the venv with Python >= 3.12 and install dbqueue[dev] (editable)
 
