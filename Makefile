@@ -8,10 +8,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo test test-django52 lint format typecheck check docs docs-serve clean distclean
+.PHONY: help venv demo test test-django52 bench bench-quick lint format typecheck check docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -46,6 +47,12 @@ demo: venv ## Run the example shop's demo (embedded PostgreSQL unless DATABASE_U
 test: venv ## Run the whole test suite (PostgreSQL and SQLite), then the Django 5.2 LTS run
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-django52
+
+bench: venv ## Run the full benchmark (every system and workload); report in bench/results/<date>
+	$(PY) -m bench $(BENCH_ARGS)
+
+bench-quick: venv ## Run the benchmark on small sizes (under 3 minutes)
+	$(PY) -m bench --quick $(BENCH_ARGS)
 
 # The supported Django versions are 5.2 LTS and 6.x: the Django-facing tests run once more in
 # a second venv with Django 5.2 (the main venv has the newest 6.x).

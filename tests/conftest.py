@@ -12,13 +12,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.pg import test_dsn, worker_id
+from tests.pg import server_dsn, worker_id
 
 
 @pytest.fixture(scope="session")
 def pg_dsn() -> Iterator[str]:
     """A database of this xdist worker's own on the shared test server, for core tests."""
-    base = test_dsn()
+    base = server_dsn()
     name = f"dbqueue_core_{worker_id()}_{os.getpid()}"
     with psycopg.connect(base, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))

@@ -16,7 +16,7 @@ ENV = "DBQUEUE_TEST_DSN"
 _server: Any = None
 
 
-def test_dsn() -> str:
+def server_dsn() -> str:
     """The DSN of the test PostgreSQL server, starting the embedded one if needed."""
     global _server
     dsn = os.environ.get(ENV)

@@ -4,7 +4,7 @@ so a second connection sees the rows) as ``sqlite``."""
 import os
 import tempfile
 
-from tests.pg import django_database, test_dsn, worker_id
+from tests.pg import django_database, server_dsn, worker_id
 
 SECRET_KEY = "dbqueue-tests-only"
 DEBUG = False
@@ -17,7 +17,7 @@ _sqlite = os.path.join(tempfile.gettempdir(), f"dbqueue-test-{os.getpid()}-{work
 
 # A test database name of this process's own: several runs (and xdist workers) can share one
 # server without dropping each other's databases.
-_default = django_database(test_dsn())
+_default = django_database(server_dsn())
 _default["TEST"] = {"NAME": f"test_dbqueue_{os.getpid()}"}
 
 DATABASES = {

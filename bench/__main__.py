@@ -1,0 +1,95 @@
+"""``python -m bench``: run the systems through the workloads and write the report."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata
+import sys
+import time
+from pathlib import Path
+
+from bench import env as bench_env
+from bench import pgbench, report
+from bench.measure import Measurement
+from bench.systems import REGISTRY
+from bench.workloads import WORKLOADS
+
+RESULTS = Path(__file__).resolve().parent / "results"
+VERSIONED = ("dbqueue", "django", "psycopg", "pgqueuer", "procrastinate", "django-tasks-db",
+             "celery", "kombu", "redis")  # fmt: skip
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="small sizes: the whole run in minutes")
+    p.add_argument(
+        "--scale", type=float, help="multiply every workload size (default 1, quick 0.1)"
+    )
+    p.add_argument("--repeat", type=int, default=3, help="runs per figure (median reported)")
+    p.add_argument("--systems", default=",".join(REGISTRY), help="comma-separated system names")
+    p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated workloads")
+    p.add_argument("--no-pgbench", action="store_true", help="skip the pgbench reference")
+    p.add_argument("--sync-commit", choices=("on", "off"), default="on")
+    p.add_argument("--out", type=Path, help="output folder (default bench/results/<date>)")
+    return p.parse_args(argv)
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for name in VERSIONED:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    scale = args.scale if args.scale else (0.1 if args.quick else 1.0)
+    names = [s for s in args.systems.split(",") if s]
+    unknown = sorted(set(names) - set(REGISTRY))
+    if unknown:
+        sys.exit(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
+    wanted = [w for w in args.workloads.split(",") if w]
+    env = bench_env.start(args.quick, args.sync_commit == "on", scale)
+    started = dt.datetime.now(dt.UTC)
+    results: list[Measurement] = []
+    t0 = time.perf_counter()
+    if "thin" in names and "roundtrip" not in wanted:
+        results.append(pgbench.python_roundtrips(env, args.repeat))
+    if not args.no_pgbench:
+        print("pgbench reference ...", flush=True)
+        results += [
+            m for m in pgbench.measure(env, args.repeat) if m.workload in {*wanted, "roundtrip"}
+        ]
+    for name in names:
+        cls = REGISTRY[name]
+        system = cls.create(env)
+        try:
+            for workload in wanted:
+                if workload in cls.workloads:
+                    print(f"{name}: {workload} ...", flush=True)
+                    results += WORKLOADS[workload](env, system, args.repeat)
+        finally:
+            system.close()
+    meta = env.describe() | {
+        "started": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "quick": args.quick,
+        "repeat": args.repeat,
+        "scale": scale,
+        "versions": versions(),
+        "systems": names,
+        "notes": env.notes,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    suffix = "-quick" if args.quick else ""
+    out = args.out or RESULTS / f"{started:%Y-%m-%d}{suffix}"
+    path = report.write(out, meta, results)
+    print(f"report: {path} ({meta['seconds']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

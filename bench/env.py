@@ -1,0 +1,122 @@
+"""The one PostgreSQL every system runs on, and what the report records about it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+#: Settings recorded in the report (the server's own values, whatever they are).
+RECORDED_SETTINGS = (
+    "server_version", "shared_buffers", "synchronous_commit", "fsync", "wal_level",
+    "max_connections", "checkpoint_timeout", "max_wal_size", "autovacuum", "work_mem",
+    "effective_io_concurrency", "jit",
+)  # fmt: skip
+
+
+@dataclass
+class BenchEnv:
+    """Where the benchmark runs: a server, its tools, and the run's options."""
+
+    admin_dsn: str
+    pg_bin: Path
+    quick: bool = False
+    sync_commit: bool = True
+    scale: float = 1.0
+    server: Any = None
+    notes: list[str] = field(default_factory=list)
+    #: Every database of the run is named ``<prefix>_<what>`` (DBQUEUE_BENCH_PREFIX), so runs
+    #: sharing a server (the test suite's smoke run) never touch each other's databases.
+    prefix: str = field(default_factory=lambda: os.environ.get("DBQUEUE_BENCH_PREFIX", "bench"))
+
+    def database(self, suffix: str) -> str:
+        """Create (afresh) the database ``<prefix>_<suffix>`` and return its DSN."""
+        name = f"{self.prefix}_{suffix}"
+        with psycopg.connect(self.admin_dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            if not self.sync_commit:
+                admin.execute(
+                    sql.SQL("ALTER DATABASE {} SET synchronous_commit = off").format(
+                        sql.Identifier(name)
+                    )
+                )
+        return psycopg.conninfo.make_conninfo(self.admin_dsn, dbname=name)
+
+    def drop(self, suffix: str) -> None:
+        name = f"{self.prefix}_{suffix}"
+        with psycopg.connect(self.admin_dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+    def size(self, n: int, minimum: int = 1) -> int:
+        """A workload size scaled for --quick / --scale."""
+        return max(minimum, int(n * self.scale))
+
+    def describe(self) -> dict[str, Any]:
+        with psycopg.connect(self.admin_dsn) as conn:
+            settings = {
+                name: conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()[0]  # type: ignore[index]
+                for name in RECORDED_SETTINGS
+            }
+        settings["synchronous_commit (bench databases)"] = "on" if self.sync_commit else "off"
+        return {
+            "machine": {
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "memory_gb": _memory_gb(),
+            },
+            "postgresql": settings,
+            "server": "embedded (pgserver)" if self.server is not None else "DBQUEUE_BENCH_DSN",
+        }
+
+
+def _memory_gb() -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(f.readline().split()[1])
+        return round(kb / 1024 / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def start(quick: bool, sync_commit: bool, scale: float) -> BenchEnv:
+    """The server named by ``DBQUEUE_BENCH_DSN``, else an embedded PostgreSQL 16 of our own."""
+    dsn = os.environ.get("DBQUEUE_BENCH_DSN")
+    if dsn:
+        pg_bin = Path(os.environ.get("DBQUEUE_PG_BIN") or _pg_bin_from_path())
+        return BenchEnv(dsn, pg_bin, quick, sync_commit, scale)
+    import pgserver
+
+    datadir = Path(tempfile.mkdtemp(prefix="dbqueue-bench-"))
+    server = pgserver.get_server(datadir, cleanup_mode="delete")  # type: ignore[attr-defined]
+    pg_bin = Path(pgserver.__file__).parent / "pginstall" / "bin"
+    return BenchEnv(str(server.get_uri()), pg_bin, quick, sync_commit, scale, server=server)
+
+
+def _pg_bin_from_path() -> str:
+    """Where pgbench is: on PATH, in pg_config's bindir, or in the embedded server's wheel."""
+    pgbench = shutil.which("pgbench")
+    if pgbench:
+        return str(Path(pgbench).parent)
+    if shutil.which("pg_config"):
+        out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=False)
+        if (Path(out.stdout.strip()) / "pgbench").exists():
+            return out.stdout.strip()
+    try:
+        import pgserver
+    except ImportError:
+        raise RuntimeError("pgbench not found: set DBQUEUE_PG_BIN to its directory") from None
+    return str(Path(pgserver.__file__).parent / "pginstall" / "bin")

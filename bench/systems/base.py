@@ -1,0 +1,112 @@
+"""What a benchmarked system implements. One class per system, registered by name.
+
+The producer side (push) runs in the harness process; the consumer side (drain, cycle) runs
+in worker processes started by the harness (``python -m bench.worker``), as a real
+deployment's workers would, so that N workers really use N processes.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from bench.env import BenchEnv
+
+#: One 300-character string payload per message, as the peers were measured with.
+PAYLOAD = "x" * 300
+
+REGISTRY: dict[str, type[System]] = {}
+
+
+@dataclass
+class Tally:
+    """What a consumer did: how many items, and when the first and last were handled."""
+
+    count: int = 0
+    first: float = 0.0
+    last: float = 0.0
+
+    def add(self, n: int) -> None:
+        if n <= 0:
+            return
+        now = time.perf_counter()
+        if self.count == 0:
+            self.first = now
+        self.count += n
+        self.last = now
+
+
+class System(ABC):
+    """A queue under test. Subclasses set the class attributes and implement the methods."""
+
+    name: ClassVar[str]
+    label: ClassVar[str]
+    #: Workloads this system takes part in (names from bench.workloads).
+    workloads: ClassVar[frozenset[str]] = frozenset({"push_single", "push_batch", "drain"})
+    #: Drain batch sizes the system allows (1 = one item per fetch).
+    drain_batches: ClassVar[tuple[int, ...]] = (1, 10, 100)
+    #: The drain backlog of a full run. Slow systems (tens of messages per second) drain a
+    #: smaller one, which the report states; 50,000 would take them an hour per figure.
+    drain_backlog: ClassVar[int] = 50_000
+    #: The database this system's tables live in (shared by systems that share a Django site).
+    database: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            REGISTRY[cls.name] = cls
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    @classmethod
+    def db_name(cls) -> str:
+        """The suffix of this system's database name (``BenchEnv.database``)."""
+        return cls.database or cls.name.replace("-", "_")
+
+    @classmethod
+    def create(cls, env: BenchEnv) -> System:
+        """Make the database and schema; return the system ready to run."""
+        system = cls(env.database(cls.db_name()))
+        system.install()
+        return system
+
+    @abstractmethod
+    def install(self) -> None:
+        """Create the schema (tables, functions) the system needs, in its fresh database."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Remove every message (between repetitions)."""
+
+    def close(self) -> None:  # noqa: B027 - most systems hold nothing to release
+        """Release connections held by the producer side."""
+
+    @abstractmethod
+    def push_single(self, n: int) -> None:
+        """Push ``n`` messages, one transaction each."""
+
+    def push_batch(self, n: int, batch: int) -> None:
+        """Push ``n`` messages in batches of ``batch`` (systems with a batch API)."""
+        raise NotImplementedError(f"{self.name} has no batch push")
+
+    def fill(self, n: int) -> None:
+        """Create a backlog of ``n`` messages as fast as the system allows."""
+        self.push_batch(n, 1000)
+
+    @abstractmethod
+    def depth(self) -> int:
+        """Messages not yet consumed (asked on a separate connection)."""
+
+    # -- consumer side: called in a worker process --------------------------------------------
+
+    @abstractmethod
+    def drain(self, batch: int) -> Tally:
+        """Consume with a no-op handler until the queue is empty; count what was handled."""
+
+    def cycle(self, batch: int, seconds: float) -> Tally:
+        """Push a batch, then pop and acknowledge a batch, for ``seconds`` (end to end)."""
+        raise NotImplementedError(f"{self.name} has no cycle workload")

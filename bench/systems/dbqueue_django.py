@@ -1,0 +1,90 @@
+"""dbqueue's split queue through the Django manager (``Model.queue``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from bench.systems.base import PAYLOAD, System, Tally
+
+DJANGO_DATABASE = "django"
+
+
+def setup_django(dsn: str) -> None:
+    """Configure Django for the bench site on ``dsn`` (once per process)."""
+    import django
+    from django.conf import settings
+
+    if settings.configured:
+        return
+    os.environ["BENCH_DJANGO_DSN"] = dsn
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.django_settings"
+    django.setup()
+
+
+class DBQueueDjango(System):
+    name = "dbqueue-django"
+    label = "dbqueue split queue, Django manager"
+    workloads = frozenset({"push_single", "push_batch", "drain", "cycle"})
+    database = DJANGO_DATABASE
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        setup_django(dsn)
+        from bench.djangoapp.models import BenchJob
+
+        self.model = BenchJob
+
+    def install(self) -> None:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+
+    def reset(self) -> None:
+        # TRUNCATE, as every system resets: purge() is a DELETE, and the dead tuples it leaves
+        # would slow the next repetition's scans (that effect is the bloat workload's subject).
+        from django.db import connection
+
+        meta = self.model.queue_meta_model._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(f'TRUNCATE "{self.model._meta.db_table}", "{meta}"')
+
+    def close(self) -> None:
+        from django.db import connections
+
+        connections.close_all()
+
+    def push_single(self, n: int) -> None:
+        push = self.model.queue.push
+        for _ in range(n):
+            push(payload=PAYLOAD)
+
+    def push_batch(self, n: int, batch: int) -> None:
+        rows: list[dict[str, Any]] = [{"payload": PAYLOAD}] * batch
+        for start in range(0, n, batch):
+            self.model.queue.push_many(rows[: min(batch, n - start)], batch_size=batch)
+
+    def depth(self) -> int:
+        stats = self.model.queue.stats()
+        return int(stats["ready"] + stats["scheduled"] + stats["leased"])
+
+    def drain(self, batch: int) -> Tally:
+        tally, queue = Tally(), self.model.queue
+        while items := queue.pop_batch(batch):
+            for _item in items:
+                pass  # the no-op handler
+            queue.ack(items)
+            tally.add(len(items))
+        return tally
+
+    def cycle(self, batch: int, seconds: float) -> Tally:
+        tally, queue = Tally(), self.model.queue
+        rows = [{"payload": PAYLOAD}] * batch
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            queue.push_many(rows)
+            items = queue.pop_batch(batch)
+            queue.ack(items)
+            tally.add(len(items))
+        return tally

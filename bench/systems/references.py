@@ -1,0 +1,92 @@
+"""The references every figure is divided by: the thin psycopg loop (the floor for any Python
+client) and the naive table queue (the design everybody starts with)."""
+
+from __future__ import annotations
+
+import time
+from typing import ClassVar
+
+import psycopg
+
+from bench.systems.base import PAYLOAD, System, Tally
+
+
+class Thin(System):
+    """INSERT one row per message; DELETE a batch ... FOR UPDATE SKIP LOCKED (PEERS.md)."""
+
+    name = "thin"
+    label = "thin psycopg loop (reference)"
+    workloads = frozenset({"push_single", "push_batch", "drain", "cycle"})
+    table: ClassVar[str] = "thin_q"
+    pop_sql: ClassVar[str] = (
+        "DELETE FROM thin_q WHERE id IN (SELECT id FROM thin_q ORDER BY id "
+        "FOR UPDATE SKIP LOCKED LIMIT %s) RETURNING payload"
+    )
+
+    def _conn(self) -> psycopg.Connection:
+        conn = getattr(self, "_connection", None)
+        if conn is None or conn.closed:
+            conn = self._connection = psycopg.connect(self.dsn, autocommit=True)
+        return conn
+
+    def install(self) -> None:
+        self._conn().execute(
+            f"CREATE TABLE {self.table} (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+            "payload text NOT NULL)"
+        )
+
+    def reset(self) -> None:
+        self._conn().execute(f"TRUNCATE {self.table}")
+
+    def close(self) -> None:
+        if getattr(self, "_connection", None) is not None:
+            self._connection.close()
+
+    def push_single(self, n: int) -> None:
+        cur = self._conn().cursor()
+        sql = f"INSERT INTO {self.table} (payload) VALUES (%s)"
+        for _ in range(n):
+            cur.execute(sql, (PAYLOAD,), prepare=True)
+
+    def push_batch(self, n: int, batch: int) -> None:
+        cur = self._conn().cursor()
+        sql = f"INSERT INTO {self.table} (payload) SELECT unnest(%s::text[])"
+        for start in range(0, n, batch):
+            cur.execute(sql, ([PAYLOAD] * min(batch, n - start),), prepare=True)
+
+    def depth(self) -> int:
+        with psycopg.connect(self.dsn) as conn:
+            return int(conn.execute(f"SELECT count(*) FROM {self.table}").fetchone()[0])  # type: ignore[index]
+
+    def drain(self, batch: int) -> Tally:
+        tally = Tally()
+        cur = self._conn().cursor()
+        while True:
+            rows = cur.execute(self.pop_sql, (batch,), prepare=True).fetchall()
+            if not rows:
+                return tally
+            for _row in rows:
+                pass  # the no-op handler
+            tally.add(len(rows))
+
+    def cycle(self, batch: int, seconds: float) -> Tally:
+        tally = Tally()
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            self.push_batch(batch, batch)
+            rows = self._conn().execute(self.pop_sql, (batch,), prepare=True).fetchall()
+            tally.add(len(rows))
+        return tally
+
+
+class Naive(Thin):
+    """The naive table queue: INSERT, and DELETE the lowest ids — no SKIP LOCKED, so
+    concurrent consumers queue up behind each other's row locks."""
+
+    name = "naive"
+    label = "naive table queue (baseline)"
+    table = "naive_q"
+    pop_sql = (
+        "DELETE FROM naive_q WHERE id IN (SELECT id FROM naive_q ORDER BY id LIMIT %s "
+        "FOR UPDATE) RETURNING payload"
+    )

@@ -1,0 +1,138 @@
+"""The workloads. Each returns Measurements; each figure is the median of ``repeat`` runs.
+
+Sizes are the full run's; ``--quick`` scales them down (``BenchEnv.size``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.env import BenchEnv
+from bench.measure import Measurement
+from bench.systems.base import System
+
+ROOT = Path(__file__).resolve().parent.parent
+Runner = Callable[[BenchEnv, System, int], list[Measurement]]
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def push_single(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
+    """One message per transaction, one client."""
+    n = env.size(20_000, 200)
+    runs = []
+    for _ in range(repeat):
+        system.reset()
+        runs.append(n / _timed(lambda: system.push_single(n)))
+    return [Measurement(system.name, "push_single", {"clients": 1}, runs, extra={"messages": n})]
+
+
+def push_batch(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
+    """Batches of 100 and 1,000 messages per statement (or per API call), one client."""
+    out = []
+    for batch in (100, 1000):
+        n = env.size(200_000, batch * 5)
+        runs = []
+        for _ in range(repeat):
+            system.reset()
+            runs.append(n / _timed(lambda n=n, b=batch: system.push_batch(n, b)))  # type: ignore[misc]
+        out.append(
+            Measurement(system.name, "push_batch", {"batch": batch}, runs, extra={"messages": n})
+        )
+    return out
+
+
+def _workers(env: BenchEnv, system: System, task: str, count: int, batch: int, seconds: float = 0):
+    """Start ``count`` worker processes, start them together, return their tallies and the
+    seconds each took from spawn to ready (interpreter, imports, connection)."""
+    cmd = [sys.executable, "-m", "bench.worker", system.name, system.dsn, task, str(batch)]
+    if seconds:
+        cmd.append(str(seconds))
+    spawned = time.perf_counter()
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(count)
+    ]
+    startups = []
+    for p in procs:
+        line = p.stdout.readline().strip()  # type: ignore[union-attr]
+        if line != "ready":
+            raise RuntimeError(f"{system.name} worker did not start: {line!r}")
+        startups.append(time.perf_counter() - spawned)
+    for p in procs:
+        p.stdin.write("go\n")  # type: ignore[union-attr]
+        p.stdin.flush()  # type: ignore[union-attr]
+    tallies = []
+    for p in procs:
+        out, _ = p.communicate(timeout=3600)
+        if p.returncode != 0:
+            raise RuntimeError(f"{system.name} worker failed with exit code {p.returncode}")
+        tallies.append(json.loads(out.strip().splitlines()[-1]))
+    return tallies, startups
+
+
+def _rate(tallies: list[dict[str, float]]) -> tuple[int, float]:
+    active = [t for t in tallies if t["count"]]
+    total = sum(int(t["count"]) for t in active)
+    span = max(t["last"] for t in active) - min(t["first"] for t in active) if active else 0
+    return total, (total / span if span > 0 else float("nan"))
+
+
+def drain(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
+    """A backlog consumed with a no-op handler by 1 and 2 worker processes: rate from the
+    first handled item to the last (worker start-up is reported separately)."""
+    out = []
+    # --quick keeps the largest batch only: the full run has every batch size.
+    batches = system.drain_batches[-1:] if env.quick else system.drain_batches
+    for workers in (1, 2):
+        for batch in batches:
+            backlog = system.drain_backlog if batch > 1 else min(system.drain_backlog, 10_000)
+            n = env.size(backlog, 200)
+            runs, startups = [], []
+            for _ in range(repeat):
+                system.reset()
+                system.fill(n)
+                tallies, started = _workers(env, system, "drain", workers, batch)
+                total, rate = _rate(tallies)
+                left = system.depth()
+                if total != n or left:
+                    raise RuntimeError(f"{system.name}: drained {total} of {n}, {left} left")
+                runs.append(rate)
+                startups.extend(started)
+            params = {"workers": workers, "batch": batch}
+            extra = {"messages": n, "startup_s": round(max(startups), 3)}
+            out.append(Measurement(system.name, "drain", params, runs, extra=extra))
+    return out
+
+
+def cycle(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
+    """End to end: each worker pushes a batch of 100, pops it and acknowledges it, again and
+    again (push_many + pop_batch + ack through the Python API)."""
+    out = []
+    seconds = 1.0 if env.quick else 5.0
+    for workers in (1, 2):
+        runs = []
+        for _ in range(repeat):
+            system.reset()
+            tallies, _ = _workers(env, system, "cycle", workers, 100, seconds)
+            runs.append(_rate(tallies)[1])
+        params = {"workers": workers, "batch": 100}
+        out.append(Measurement(system.name, "cycle", params, runs, extra={"seconds": seconds}))
+    return out
+
+
+WORKLOADS: dict[str, Runner] = {
+    "push_single": push_single,
+    "push_batch": push_batch,
+    "drain": drain,
+    "cycle": cycle,
+}
