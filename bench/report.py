@@ -17,7 +17,13 @@ WORKLOAD_TITLES = {
     "push_batch": "Batch push",
     "drain": "Drain a backlog (no-op handler)",
     "cycle": "End to end: push_many + pop_batch + ack, batches of 100",
+    "latency_p50": "Steady state: latency from push to handler start, median",
+    "latency_p99": "Steady state: latency from push to handler start, 99th percentile",
+    "latency_max": "Steady state: latency from push to handler start, maximum",
+    "steady_throughput": "Steady state: messages served per second at the offered rate",
 }
+#: Workloads whose figures are better when lower (ratios are still median / thin's).
+LOWER_IS_BETTER = {"latency_p50", "latency_p99", "latency_max"}
 
 
 def _label(system: str) -> str:
@@ -108,7 +114,7 @@ def write(out: Path, meta: dict[str, Any], results: list[Measurement]) -> Path:
                   "|---|---|---:|---:|---:|---|---:|---|"]  # fmt: skip
         for i in idx:
             m = results[i]
-            note = ", ".join(f"{k} {v}" for k, v in m.extra.items())
+            note = ", ".join(f"{k} {v}" for k, v in m.extra.items() if k != "cdf")
             ratio = f"{rel[i]:.2f}x" if i in rel else ""
             lines.append(
                 f"| {_label(m.system)} | {params_text(m.params)} | {_fmt(m.median)} | "
@@ -171,4 +177,18 @@ def _charts(out: Path, results: list[Measurement]) -> dict[str, str]:
         fig.savefig(folder / name, dpi=110)
         plt.close(fig)
         names[workload] = name
+    cdfs = {m.system: m.extra["cdf"] for m in results if m.extra.get("cdf")}
+    if cdfs:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for system, points in cdfs.items():
+            ax.plot([p[0] for p in points], [p[1] for p in points], label=system)
+        ax.set_xscale("log")
+        ax.set_xlabel("latency from push to handler start (ms, log scale)")
+        ax.set_ylabel("fraction of messages")
+        ax.set_title("Steady state: latency CDF")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(folder / "latency_cdf.png", dpi=110)
+        plt.close(fig)
+        names["latency_p50"] = "latency_cdf.png"
     return names

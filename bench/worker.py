@@ -1,30 +1,71 @@
-"""A consumer process: ``python -m bench.worker SYSTEM DSN TASK BATCH [SECONDS]``.
+"""A worker process of the harness: ``python -m bench.worker SYSTEM DSN TASK ARG [SECONDS]``.
 
-It sets the system up (imports, connection), prints ``ready``, waits for ``go`` on stdin so
-that every worker of a measurement starts together, runs the task, and prints one JSON line:
-the items it handled and when it handled the first and the last (``time.perf_counter``, the
-system-wide monotonic clock on Linux, so the harness can compare processes).
+Tasks: ``drain BATCH``, ``cycle BATCH SECONDS``, ``serve BATCH SECONDS`` (a long-running
+consumer recording each message's latency) and ``produce RATE SECONDS`` (stamped messages at
+a fixed rate). The process sets the system up (imports, connection), prints ``ready``, waits
+for ``go`` on stdin so that every process of a measurement starts together, runs the task and
+prints one JSON line. Times are ``time.perf_counter()``: the system-wide monotonic clock on
+Linux, so the harness can compare processes.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
+from typing import Any
 
 from bench.systems import REGISTRY
+from bench.systems.base import System, Tally, stamp_of, stamped
+
+
+def produce(system: System, rate: float, seconds: float) -> Tally:
+    """Push stamped messages on a fixed schedule (open loop: a late push does not slow the
+    next ones down, so a slow system shows its latency instead of hiding it)."""
+    tally, start, i = Tally(), time.perf_counter(), 0
+    while (due := start + i / rate) < start + seconds:
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        system.push_payload(stamped())
+        tally.add(1)
+        i += 1
+    return tally
+
+
+def run(system: System, task: str, arg: float, seconds: float) -> dict[str, Any]:
+    latencies: list[float] = []
+    if task == "drain":
+        tally = system.drain(int(arg))
+    elif task == "cycle":
+        tally = system.cycle(int(arg), seconds)
+    elif task == "serve":
+
+        def handle(payload: str) -> None:
+            latencies.append(time.perf_counter() - stamp_of(payload))
+
+        tally = system.serve(int(arg), seconds, handle)
+    elif task == "produce":
+        tally = produce(system, arg, seconds)
+    else:
+        raise SystemExit(f"unknown task {task!r}")
+    out: dict[str, Any] = {"count": tally.count, "first": tally.first, "last": tally.last}
+    if latencies:
+        out["latencies"] = latencies
+    return out
 
 
 def main(argv: list[str]) -> int:
-    name, dsn, task, batch = argv[0], argv[1], argv[2], int(argv[3])
+    name, dsn, task, arg = argv[0], argv[1], argv[2], float(argv[3])
     seconds = float(argv[4]) if len(argv) > 4 else 0.0
     system = REGISTRY[name](dsn)
     system.depth()  # connect and warm up before the clock starts
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return 1
-    tally = system.drain(batch) if task == "drain" else system.cycle(batch, seconds)
+    out = run(system, task, arg, seconds)
     system.close()
-    print(json.dumps({"count": tally.count, "first": tally.first, "last": tally.last}), flush=True)
+    print(json.dumps(out), flush=True)
     return 0
 
 

@@ -51,15 +51,28 @@ def push_batch(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     return out
 
 
+Spec = tuple[str, float, float, int]  # task, argument, seconds, how many processes
+
+
 def _workers(env: BenchEnv, system: System, task: str, count: int, batch: int, seconds: float = 0):
-    """Start ``count`` worker processes, start them together, return their tallies and the
-    seconds each took from spawn to ready (interpreter, imports, connection)."""
-    cmd = [sys.executable, "-m", "bench.worker", system.name, system.dsn, task, str(batch)]
-    if seconds:
-        cmd.append(str(seconds))
+    """Start ``count`` worker processes for ``task``; see :func:`_processes`."""
+    return _processes(system, [(task, batch, seconds, count)])
+
+
+def _processes(system: System, specs: list[Spec]):
+    """Start the worker processes of ``specs`` together; return their JSON results (in spec
+    order) and the seconds each took from spawn to ready (interpreter, imports, connection)."""
+    base = [sys.executable, "-m", "bench.worker", system.name, system.dsn]
     spawned = time.perf_counter()
     procs = [
-        subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [*base, task, str(arg), str(seconds)],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for task, arg, seconds, count in specs
         for _ in range(count)
     ]
     startups = []
@@ -130,9 +143,60 @@ def cycle(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     return out
 
 
+STEADY_RATE = 200.0  # offered messages per second, in total
+STEADY_PRODUCERS = STEADY_CONSUMERS = 2
+
+
+def steady(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
+    """P producers push stamped messages at a fixed total rate while C long-running consumers
+    serve them: latency from push to handler start (p50, p99, max) and throughput."""
+    seconds = 3.0 if env.quick else 20.0
+    rate = STEADY_RATE / STEADY_PRODUCERS
+    p50s, p99s, maxes, rates, last = [], [], [], [], []
+    for _ in range(repeat):
+        system.reset()
+        specs: list[Spec] = [
+            ("serve", 10, seconds + 2.0, STEADY_CONSUMERS),  # outlive the producers, drain
+            ("produce", rate, seconds, STEADY_PRODUCERS),
+        ]
+        results, _ = _processes(system, specs)
+        pushed = sum(int(r["count"]) for r in results[STEADY_CONSUMERS:])
+        latencies = sorted(x for r in results[:STEADY_CONSUMERS] for x in r.get("latencies", []))
+        if len(latencies) < pushed:
+            env.notes.append(
+                f"{system.name}: steady state served {len(latencies)} of {pushed} messages "
+                f"within {seconds + 2:.0f} s (it cannot keep up with {STEADY_RATE:.0f} msg/s)"
+            )
+        if not latencies:
+            continue
+        p50s.append(latencies[len(latencies) // 2] * 1000)
+        p99s.append(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000)
+        maxes.append(latencies[-1] * 1000)
+        rates.append(len(latencies) / seconds)
+        last = latencies
+    params = {"producers": STEADY_PRODUCERS, "consumers": STEADY_CONSUMERS, "rate": STEADY_RATE}
+    extra = {"seconds": seconds}
+    return [
+        Measurement(system.name, "latency_p50", params, p50s, unit="ms", extra=extra),
+        Measurement(system.name, "latency_p99", params, p99s, unit="ms"),
+        Measurement(system.name, "latency_max", params, maxes, unit="ms"),
+        Measurement(system.name, "steady_throughput", params, rates, extra={"cdf": _cdf(last)}),
+    ]
+
+
+def _cdf(latencies: list[float], points: int = 200) -> list[list[float]]:
+    """A thinned CDF of the last repetition: [latency ms, fraction], for the chart."""
+    if not latencies:
+        return []
+    step = max(1, len(latencies) // points)
+    rows = [[x * 1000, (i + 1) / len(latencies)] for i, x in enumerate(latencies)][::step]
+    return [*rows, [latencies[-1] * 1000, 1.0]]
+
+
 WORKLOADS: dict[str, Runner] = {
     "push_single": push_single,
     "push_batch": push_batch,
     "drain": drain,
     "cycle": cycle,
+    "steady": steady,
 }

@@ -1,7 +1,13 @@
-"""Every benchmarked system, by name. Peer libraries are imported lazily inside their
-systems, so a missing optional package only removes that system from the run."""
+"""Every benchmarked system, by name: each module of this package defines System subclasses,
+which register themselves. Peer libraries are imported lazily inside their systems."""
 
-from bench.systems import dbqueue_core, dbqueue_django, references
+import importlib
+import pkgutil
+
 from bench.systems.base import PAYLOAD, REGISTRY, System, Tally
 
-__all__ = ["PAYLOAD", "REGISTRY", "System", "Tally", "dbqueue_core", "dbqueue_django", "references"]
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name != "base":
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["PAYLOAD", "REGISTRY", "System", "Tally"]

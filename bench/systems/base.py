@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -19,6 +20,18 @@ if TYPE_CHECKING:
 PAYLOAD = "x" * 300
 
 REGISTRY: dict[str, type[System]] = {}
+#: How long an idle polling consumer sleeps before asking again (as the thin reference does).
+IDLE_SLEEP = 0.01
+
+
+def stamped() -> str:
+    """A 300-character payload that starts with the moment it was made (perf_counter, the
+    system-wide monotonic clock on Linux): the consumer's handler computes the latency."""
+    return f"{time.perf_counter():.9f}".ljust(300, "x")
+
+
+def stamp_of(payload: str) -> float:
+    return float(payload[:20].rstrip("x"))
 
 
 @dataclass
@@ -110,3 +123,15 @@ class System(ABC):
     def cycle(self, batch: int, seconds: float) -> Tally:
         """Push a batch, then pop and acknowledge a batch, for ``seconds`` (end to end)."""
         raise NotImplementedError(f"{self.name} has no cycle workload")
+
+    # -- steady state: producers and long-running consumers ------------------------------------
+
+    def push_payload(self, payload: str) -> None:
+        """Push one message carrying ``payload``, in its own transaction."""
+        raise NotImplementedError(f"{self.name} has no steady-state producer")
+
+    def serve(self, batch: int, seconds: float, handle: Callable[[str], None]) -> Tally:
+        """Run as a long-lived consumer for ``seconds`` (waiting when the queue is empty, as
+        the system's own worker does), calling ``handle(payload)`` when each message's
+        handler starts; the handler is otherwise a no-op."""
+        raise NotImplementedError(f"{self.name} has no steady-state consumer")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
-from bench.systems.base import PAYLOAD, System, Tally
+from bench.systems.base import IDLE_SLEEP, PAYLOAD, System, Tally
 from dbqueue import Field, FieldKind, QueueSpec, SplitQueue, get_dialect
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.schema import create_statements
@@ -18,7 +19,7 @@ SPEC = QueueSpec("bench_split", (Field("payload", FieldKind.TEXT),))
 class DBQueueCore(System):
     name = "dbqueue-core"
     label = "dbqueue split queue, core API"
-    workloads = frozenset({"push_single", "push_batch", "drain", "cycle"})
+    workloads = frozenset({"push_single", "push_batch", "drain", "cycle", "steady"})
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
@@ -62,6 +63,23 @@ class DBQueueCore(System):
         while items := q.pop_batch(ex, batch):
             for _item in items:
                 pass  # the no-op handler
+            q.ack(ex, items)
+            tally.add(len(items))
+        return tally
+
+    def push_payload(self, payload: str) -> None:
+        self.queue.push(self.ex, {"payload": payload})
+
+    def serve(self, batch: int, seconds: float, handle: Callable[[str], None]) -> Tally:
+        tally, q, ex = Tally(), self.queue, self.ex
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            items = q.pop_batch(ex, batch)
+            if not items:
+                time.sleep(IDLE_SLEEP)
+                continue
+            for item in items:
+                handle(item.payload["payload"])
             q.ack(ex, items)
             tally.add(len(items))
         return tally

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
-from bench.systems.base import PAYLOAD, System, Tally
+from bench.systems.base import IDLE_SLEEP, PAYLOAD, System, Tally
 
 DJANGO_DATABASE = "django"
 
@@ -26,7 +27,7 @@ def setup_django(dsn: str) -> None:
 class DBQueueDjango(System):
     name = "dbqueue-django"
     label = "dbqueue split queue, Django manager"
-    workloads = frozenset({"push_single", "push_batch", "drain", "cycle"})
+    workloads = frozenset({"push_single", "push_batch", "drain", "cycle", "steady"})
     database = DJANGO_DATABASE
 
     def __init__(self, dsn: str) -> None:
@@ -74,6 +75,23 @@ class DBQueueDjango(System):
         while items := queue.pop_batch(batch):
             for _item in items:
                 pass  # the no-op handler
+            queue.ack(items)
+            tally.add(len(items))
+        return tally
+
+    def push_payload(self, payload: str) -> None:
+        self.model.queue.push(payload=payload)
+
+    def serve(self, batch: int, seconds: float, handle: Callable[[str], None]) -> Tally:
+        tally, queue = Tally(), self.model.queue
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            items = queue.pop_batch(batch)
+            if not items:
+                time.sleep(IDLE_SLEEP)
+                continue
+            for item in items:
+                handle(item.payload)
             queue.ack(items)
             tally.add(len(items))
         return tally

@@ -4,11 +4,12 @@ client) and the naive table queue (the design everybody starts with)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import ClassVar
 
 import psycopg
 
-from bench.systems.base import PAYLOAD, System, Tally
+from bench.systems.base import IDLE_SLEEP, PAYLOAD, System, Tally
 
 
 class Thin(System):
@@ -16,7 +17,7 @@ class Thin(System):
 
     name = "thin"
     label = "thin psycopg loop (reference)"
-    workloads = frozenset({"push_single", "push_batch", "drain", "cycle"})
+    workloads = frozenset({"push_single", "push_batch", "drain", "cycle", "steady"})
     table: ClassVar[str] = "thin_q"
     pop_sql: ClassVar[str] = (
         "DELETE FROM thin_q WHERE id IN (SELECT id FROM thin_q ORDER BY id "
@@ -68,6 +69,23 @@ class Thin(System):
             for _row in rows:
                 pass  # the no-op handler
             tally.add(len(rows))
+
+    def push_payload(self, payload: str) -> None:
+        sql = f"INSERT INTO {self.table} (payload) VALUES (%s)"
+        self._conn().execute(sql, (payload,), prepare=True)
+
+    def serve(self, batch: int, seconds: float, handle: Callable[[str], None]) -> Tally:
+        tally, cur = Tally(), self._conn().cursor()
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            rows = cur.execute(self.pop_sql, (batch,), prepare=True).fetchall()
+            if not rows:
+                time.sleep(IDLE_SLEEP)
+                continue
+            for (payload,) in rows:
+                handle(payload)
+            tally.add(len(rows))
+        return tally
 
     def cycle(self, batch: int, seconds: float) -> Tally:
         tally = Tally()
