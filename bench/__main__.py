@@ -28,7 +28,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--repeat", type=int, default=3, help="runs per figure (median reported)")
     p.add_argument("--systems", default=",".join(REGISTRY), help="comma-separated system names")
-    p.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated workloads")
+    p.add_argument(
+        "--workloads",
+        help="comma-separated workloads (default: all; --quick leaves out longtx, whose "
+        "point needs minutes)",
+    )
+    p.add_argument("--longtx-seconds", type=float, default=300.0, help="long-transaction run")
     p.add_argument("--no-pgbench", action="store_true", help="skip the pgbench reference")
     p.add_argument("--sync-commit", choices=("on", "off"), default="on")
     p.add_argument("--out", type=Path, help="output folder (default bench/results/<date>)")
@@ -52,8 +57,10 @@ def main(argv: list[str]) -> int:
     unknown = sorted(set(names) - set(REGISTRY))
     if unknown:
         sys.exit(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
-    wanted = [w for w in args.workloads.split(",") if w]
+    default = [w for w in WORKLOADS if not (args.quick and w == "longtx")]
+    wanted = [w for w in args.workloads.split(",") if w] if args.workloads else default
     env = bench_env.start(args.quick, args.sync_commit == "on", scale)
+    env.longtx_seconds = args.longtx_seconds
     started = dt.datetime.now(dt.UTC)
     results: list[Measurement] = []
     t0 = time.perf_counter()

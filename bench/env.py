@@ -31,6 +31,7 @@ class BenchEnv:
     quick: bool = False
     sync_commit: bool = True
     scale: float = 1.0
+    longtx_seconds: float = 300.0
     server: Any = None
     notes: list[str] = field(default_factory=list)
     #: Every database of the run is named ``<prefix>_<what>`` (DBQUEUE_BENCH_PREFIX), so runs

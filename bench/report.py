@@ -21,9 +21,16 @@ WORKLOAD_TITLES = {
     "latency_p99": "Steady state: latency from push to handler start, 99th percentile",
     "latency_max": "Steady state: latency from push to handler start, maximum",
     "steady_throughput": "Steady state: messages served per second at the offered rate",
+    "bloat_size": "Bloat soak: tables + indexes after N messages (one run)",
+    "bloat_dead_tuples": "Bloat soak: dead tuples after N messages (one run)",
+    "bloat_churn_rate": "Bloat soak: messages per second through push_many/pop/ack (one run)",
+    "longtx_throughput": "Long transaction: messages served per second at 1,000 msg/s offered",
+    "longtx_p50": "Long transaction: latency median",
+    "longtx_p99": "Long transaction: latency 99th percentile",
 }
 #: Workloads whose figures are better when lower (ratios are still median / thin's).
-LOWER_IS_BETTER = {"latency_p50", "latency_p99", "latency_max"}
+LOWER_IS_BETTER = {"latency_p50", "latency_p99", "latency_max", "bloat_size",
+                   "bloat_dead_tuples", "longtx_p50", "longtx_p99"}  # fmt: skip
 
 
 def _label(system: str) -> str:

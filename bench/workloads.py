@@ -6,10 +6,12 @@ Sizes are the full run's; ``--quick`` scales them down (``BenchEnv.size``).
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.env import BenchEnv
@@ -147,40 +149,66 @@ STEADY_RATE = 200.0  # offered messages per second, in total
 STEADY_PRODUCERS = STEADY_CONSUMERS = 2
 
 
+@dataclass
+class SteadyRun:
+    """One steady-state run: sorted latencies (s), messages pushed, client CPU seconds."""
+
+    latencies: list[float]
+    pushed: int
+    client_cpu: float
+
+    def percentile(self, q: float) -> float:
+        return self.latencies[min(len(self.latencies) - 1, int(len(self.latencies) * q))]
+
+
+def run_steady(env: BenchEnv, system: System, rate: float, seconds: float) -> SteadyRun:
+    """P paced producers and C long-running consumers (which outlive the producers by 2 s to
+    serve what is left); returns what the consumers measured."""
+    cpu = _children_cpu()
+    specs: list[Spec] = [
+        ("serve", 10, seconds + 2.0, STEADY_CONSUMERS),
+        ("produce", rate / STEADY_PRODUCERS, seconds, STEADY_PRODUCERS),
+    ]
+    results, _ = _processes(system, specs)
+    pushed = sum(int(r["count"]) for r in results[STEADY_CONSUMERS:])
+    latencies = sorted(x for r in results[:STEADY_CONSUMERS] for x in r.get("latencies", []))
+    if len(latencies) < pushed:
+        env.notes.append(
+            f"{system.name}: served {len(latencies)} of {pushed} messages pushed at "
+            f"{rate:.0f} msg/s within {seconds + 2:.0f} s: it cannot keep up with that rate"
+        )
+    return SteadyRun(latencies, pushed, _children_cpu() - cpu)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def steady(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
-    """P producers push stamped messages at a fixed total rate while C long-running consumers
-    serve them: latency from push to handler start (p50, p99, max) and throughput."""
+    """Steady state at a fixed offered rate: latency from push to handler start (p50, p99,
+    max) and the rate actually served."""
     seconds = 3.0 if env.quick else 20.0
-    rate = STEADY_RATE / STEADY_PRODUCERS
-    p50s, p99s, maxes, rates, last = [], [], [], [], []
+    p50s, p99s, maxes, rates, last = [], [], [], [], SteadyRun([], 0, 0)
     for _ in range(repeat):
         system.reset()
-        specs: list[Spec] = [
-            ("serve", 10, seconds + 2.0, STEADY_CONSUMERS),  # outlive the producers, drain
-            ("produce", rate, seconds, STEADY_PRODUCERS),
-        ]
-        results, _ = _processes(system, specs)
-        pushed = sum(int(r["count"]) for r in results[STEADY_CONSUMERS:])
-        latencies = sorted(x for r in results[:STEADY_CONSUMERS] for x in r.get("latencies", []))
-        if len(latencies) < pushed:
-            env.notes.append(
-                f"{system.name}: steady state served {len(latencies)} of {pushed} messages "
-                f"within {seconds + 2:.0f} s (it cannot keep up with {STEADY_RATE:.0f} msg/s)"
-            )
-        if not latencies:
+        run = run_steady(env, system, STEADY_RATE, seconds)
+        if not run.latencies:
             continue
-        p50s.append(latencies[len(latencies) // 2] * 1000)
-        p99s.append(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000)
-        maxes.append(latencies[-1] * 1000)
-        rates.append(len(latencies) / seconds)
-        last = latencies
+        p50s.append(run.percentile(0.5) * 1000)
+        p99s.append(run.percentile(0.99) * 1000)
+        maxes.append(run.latencies[-1] * 1000)
+        rates.append(len(run.latencies) / seconds)
+        last = run
     params = {"producers": STEADY_PRODUCERS, "consumers": STEADY_CONSUMERS, "rate": STEADY_RATE}
     extra = {"seconds": seconds}
     return [
         Measurement(system.name, "latency_p50", params, p50s, unit="ms", extra=extra),
         Measurement(system.name, "latency_p99", params, p99s, unit="ms"),
         Measurement(system.name, "latency_max", params, maxes, unit="ms"),
-        Measurement(system.name, "steady_throughput", params, rates, extra={"cdf": _cdf(last)}),
+        Measurement(
+            system.name, "steady_throughput", params, rates, extra={"cdf": _cdf(last.latencies)}
+        ),
     ]
 
 
@@ -200,3 +228,13 @@ WORKLOADS: dict[str, Runner] = {
     "cycle": cycle,
     "steady": steady,
 }
+
+
+def _register_soaks() -> None:
+    from bench.soak import bloat, longtx
+
+    WORKLOADS["bloat"] = bloat
+    WORKLOADS["longtx"] = longtx
+
+
+_register_soaks()

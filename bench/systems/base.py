@@ -64,6 +64,8 @@ class System(ABC):
     #: The drain backlog of a full run. Slow systems (tens of messages per second) drain a
     #: smaller one, which the report states; 50,000 would take them an hour per figure.
     drain_backlog: ClassVar[int] = 50_000
+    #: The tables that hold its messages (sizes and dead tuples for the bloat soak).
+    tables: ClassVar[tuple[str, ...]] = ()
     #: The database this system's tables live in (shared by systems that share a Django site).
     database: ClassVar[str | None] = None
 
@@ -120,9 +122,26 @@ class System(ABC):
     def drain(self, batch: int) -> Tally:
         """Consume with a no-op handler until the queue is empty; count what was handled."""
 
-    def cycle(self, batch: int, seconds: float) -> Tally:
-        """Push a batch, then pop and acknowledge a batch, for ``seconds`` (end to end)."""
+    def cycle_once(self, batch: int) -> int:
+        """Push a batch, then pop and acknowledge a batch; return how many were consumed."""
         raise NotImplementedError(f"{self.name} has no cycle workload")
+
+    def cycle(self, batch: int, seconds: float) -> Tally:
+        """Run :meth:`cycle_once` for ``seconds`` (the end-to-end workload)."""
+        tally = Tally()
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            tally.add(self.cycle_once(batch))
+        return tally
+
+    def churn(self, n: int, batch: int = 1000) -> None:
+        """Pass ``n`` messages through the queue (the bloat soak)."""
+        done = 0
+        while done < n:
+            moved = self.cycle_once(min(batch, n - done))
+            if not moved:
+                raise RuntimeError(f"{self.name}: a cycle consumed nothing")
+            done += moved
 
     # -- steady state: producers and long-running consumers ------------------------------------
 

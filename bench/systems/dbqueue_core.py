@@ -19,7 +19,10 @@ SPEC = QueueSpec("bench_split", (Field("payload", FieldKind.TEXT),))
 class DBQueueCore(System):
     name = "dbqueue-core"
     label = "dbqueue split queue, core API"
-    workloads = frozenset({"push_single", "push_batch", "drain", "cycle", "steady"})
+    workloads = frozenset(
+        {"push_single", "push_batch", "drain", "cycle", "steady", "bloat", "longtx"}
+    )
+    tables = (SPEC.table, SPEC.meta_table)
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
@@ -84,16 +87,12 @@ class DBQueueCore(System):
             tally.add(len(items))
         return tally
 
-    def cycle(self, batch: int, seconds: float) -> Tally:
-        tally, q, ex = Tally(), self.queue, self.ex
-        rows = [{"payload": PAYLOAD}] * batch
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            q.push_many(ex, rows)
-            items = q.pop_batch(ex, batch)
-            q.ack(ex, items)
-            tally.add(len(items))
-        return tally
+    def cycle_once(self, batch: int) -> int:
+        q, ex = self.queue, self.ex
+        q.push_many(ex, [{"payload": PAYLOAD}] * batch)
+        items = q.pop_batch(ex, batch)
+        q.ack(ex, items)
+        return len(items)
 
 
 class DBQueueCoreAtMostOnce(DBQueueCore):
@@ -109,11 +108,7 @@ class DBQueueCoreAtMostOnce(DBQueueCore):
             tally.add(len(items))
         return tally
 
-    def cycle(self, batch: int, seconds: float) -> Tally:
-        tally, q, ex = Tally(), self.queue, self.ex
-        rows = [{"payload": PAYLOAD}] * batch
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            q.push_many(ex, rows)
-            tally.add(len(q.pop_batch(ex, batch, mode="at_most_once")))
-        return tally
+    def cycle_once(self, batch: int) -> int:
+        q, ex = self.queue, self.ex
+        q.push_many(ex, [{"payload": PAYLOAD}] * batch)
+        return len(q.pop_batch(ex, batch, mode="at_most_once"))

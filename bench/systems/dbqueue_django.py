@@ -27,7 +27,10 @@ def setup_django(dsn: str) -> None:
 class DBQueueDjango(System):
     name = "dbqueue-django"
     label = "dbqueue split queue, Django manager"
-    workloads = frozenset({"push_single", "push_batch", "drain", "cycle", "steady"})
+    workloads = frozenset(
+        {"push_single", "push_batch", "drain", "cycle", "steady", "bloat", "longtx"}
+    )
+    tables = ("benchapp_benchjob", "benchapp_benchjob_meta")
     database = DJANGO_DATABASE
 
     def __init__(self, dsn: str) -> None:
@@ -96,13 +99,9 @@ class DBQueueDjango(System):
             tally.add(len(items))
         return tally
 
-    def cycle(self, batch: int, seconds: float) -> Tally:
-        tally, queue = Tally(), self.model.queue
-        rows = [{"payload": PAYLOAD}] * batch
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            queue.push_many(rows)
-            items = queue.pop_batch(batch)
-            queue.ack(items)
-            tally.add(len(items))
-        return tally
+    def cycle_once(self, batch: int) -> int:
+        queue = self.model.queue
+        queue.push_many([{"payload": PAYLOAD}] * batch)
+        items = queue.pop_batch(batch)
+        queue.ack(items)
+        return len(items)

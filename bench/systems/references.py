@@ -17,8 +17,11 @@ class Thin(System):
 
     name = "thin"
     label = "thin psycopg loop (reference)"
-    workloads = frozenset({"push_single", "push_batch", "drain", "cycle", "steady"})
+    workloads = frozenset(
+        {"push_single", "push_batch", "drain", "cycle", "steady", "bloat", "longtx"}
+    )
     table: ClassVar[str] = "thin_q"
+    tables = ("thin_q",)
     pop_sql: ClassVar[str] = (
         "DELETE FROM thin_q WHERE id IN (SELECT id FROM thin_q ORDER BY id "
         "FOR UPDATE SKIP LOCKED LIMIT %s) RETURNING payload"
@@ -87,14 +90,9 @@ class Thin(System):
             tally.add(len(rows))
         return tally
 
-    def cycle(self, batch: int, seconds: float) -> Tally:
-        tally = Tally()
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            self.push_batch(batch, batch)
-            rows = self._conn().execute(self.pop_sql, (batch,), prepare=True).fetchall()
-            tally.add(len(rows))
-        return tally
+    def cycle_once(self, batch: int) -> int:
+        self.push_batch(batch, batch)
+        return len(self._conn().execute(self.pop_sql, (batch,), prepare=True).fetchall())
 
 
 class Naive(Thin):
@@ -104,6 +102,7 @@ class Naive(Thin):
     name = "naive"
     label = "naive table queue (baseline)"
     table = "naive_q"
+    tables = ("naive_q",)
     pop_sql = (
         "DELETE FROM naive_q WHERE id IN (SELECT id FROM naive_q ORDER BY id LIMIT %s "
         "FOR UPDATE) RETURNING payload"
