@@ -13,7 +13,7 @@ from bench import env as bench_env
 from bench import pgbench, report
 from bench.measure import Measurement
 from bench.systems import REGISTRY
-from bench.workloads import WORKLOADS
+from bench.catalog import WORKLOADS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VERSIONED = ("dbqueue", "django", "psycopg", "pgqueuer", "procrastinate", "django-tasks-db",

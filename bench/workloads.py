@@ -221,6 +221,7 @@ def _cdf(latencies: list[float], points: int = 200) -> list[list[float]]:
     return [*rows, [latencies[-1] * 1000, 1.0]]
 
 
+#: The short workloads; bench.catalog adds the soaks.
 WORKLOADS: dict[str, Runner] = {
     "push_single": push_single,
     "push_batch": push_batch,
@@ -228,13 +229,3 @@ WORKLOADS: dict[str, Runner] = {
     "cycle": cycle,
     "steady": steady,
 }
-
-
-def _register_soaks() -> None:
-    from bench.soak import bloat, longtx
-
-    WORKLOADS["bloat"] = bloat
-    WORKLOADS["longtx"] = longtx
-
-
-_register_soaks()

@@ -1,0 +1,9 @@
+"""Every workload of the harness, by name, in the order a run takes them."""
+
+from bench import soak, workloads
+
+WORKLOADS: dict[str, workloads.Runner] = {
+    **workloads.WORKLOADS,
+    "bloat": soak.bloat,
+    "longtx": soak.longtx,
+}
