@@ -11,9 +11,9 @@ from pathlib import Path
 
 from bench import env as bench_env
 from bench import pgbench, report
+from bench.catalog import WORKLOADS
 from bench.measure import Measurement
 from bench.systems import REGISTRY
-from bench.catalog import WORKLOADS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VERSIONED = ("dbqueue", "django", "psycopg", "pgqueuer", "procrastinate", "django-tasks-db",
