@@ -34,7 +34,9 @@ class PsycopgExecutor:
         cursor = psycopg.Cursor(self.connection)
         try:
             # The SQL was rendered from validated identifiers only; values stay bound.
-            cursor.execute(sql, params, prepare=True)
+            # Binary transfer: text-format arrays escape every element on the client, which
+            # cost push_many of 1,000 rows about a third of its time (bench: 46 -> 29 ms).
+            cursor.execute(sql, params, prepare=True, binary=True)
             return cursor.fetchall() if cursor.pgresult and cursor.description else []
         except psycopg.Error as exc:
             if is_missing_table(exc):
