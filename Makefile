@@ -12,7 +12,7 @@ BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo test test-django52 bench bench-quick lint format typecheck check docs docs-serve clean distclean
+.PHONY: help venv demo test test-django52 bench bench-quick bench-sync-off lint format typecheck check docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -53,6 +53,9 @@ bench: venv ## Run the full benchmark (every system and workload); report in ben
 
 bench-quick: venv ## Run the benchmark on small sizes (under 3 minutes)
 	$(PY) -m bench --quick $(BENCH_ARGS)
+
+bench-sync-off: venv ## Run the benchmark with synchronous_commit off (reported separately)
+	$(PY) -m bench --sync-commit off $(BENCH_ARGS)
 
 # The supported Django versions are 5.2 LTS and 6.x: the Django-facing tests run once more in
 # a second venv with Django 5.2 (the main venv has the newest 6.x).

@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
         "notes": env.notes,
         "seconds": round(time.perf_counter() - t0, 1),
     }
-    suffix = "-quick" if args.quick else ""
+    suffix = ("-quick" if args.quick else "") + ("" if env.sync_commit else "-sync-off")
     out = args.out or RESULTS / f"{started:%Y-%m-%d}{suffix}"
     path = report.write(out, meta, results)
     print(f"report: {path} ({meta['seconds']} s)")
