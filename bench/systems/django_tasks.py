@@ -36,12 +36,14 @@ class DjangoTasksDB(System):
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
         setup_django(dsn)
+        from django_tasks_db.management.commands.db_worker import Command
         from django_tasks_db.models import DBTaskResult
 
         from bench.djangoapp import tasks  # after setup: @task validates against the backend
 
         self.model = DBTaskResult
         self.tasks = tasks
+        self.worker_command = Command  # imported before a bench worker prints ready
 
     def install(self) -> None:
         from django.core.management import call_command
@@ -92,7 +94,7 @@ class DjangoTasksDB(System):
 
         task_finished.connect(finished, weak=False, dispatch_uid="bench-django-tasks")
         try:
-            call_command("db_worker", "--no-startup-delay", *options, verbosity=0)
+            call_command(self.worker_command(), "--no-startup-delay", *options, verbosity=0)
         finally:
             task_finished.disconnect(dispatch_uid="bench-django-tasks")
 
