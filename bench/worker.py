@@ -18,10 +18,15 @@ from typing import Any
 from bench.systems import REGISTRY
 from bench.systems.base import System, Tally, stamp_of, stamped
 
+#: Producers start this long after the consumers, as real workers are up before traffic
+#: arrives (a Celery worker takes ~0.5 s to boot; its first messages would wait for it).
+WARMUP = 1.0
+
 
 def produce(system: System, rate: float, seconds: float) -> Tally:
     """Push stamped messages on a fixed schedule (open loop: a late push does not slow the
     next ones down, so a slow system shows its latency instead of hiding it)."""
+    time.sleep(WARMUP)
     tally, start, i = Tally(), time.perf_counter(), 0
     while (due := start + i / rate) < start + seconds:
         delay = due - time.perf_counter()

@@ -17,6 +17,7 @@ from pathlib import Path
 from bench.env import BenchEnv
 from bench.measure import Measurement
 from bench.systems.base import System
+from bench.worker import WARMUP
 
 ROOT = Path(__file__).resolve().parent.parent
 Runner = Callable[[BenchEnv, System, int], list[Measurement]]
@@ -166,7 +167,7 @@ def run_steady(env: BenchEnv, system: System, rate: float, seconds: float) -> St
     serve what is left); returns what the consumers measured."""
     cpu = _children_cpu()
     specs: list[Spec] = [
-        ("serve", 10, seconds + 2.0, STEADY_CONSUMERS),
+        ("serve", 10, WARMUP + seconds + 2.0, STEADY_CONSUMERS),
         ("produce", rate / STEADY_PRODUCERS, seconds, STEADY_PRODUCERS),
     ]
     results, _ = _processes(system, specs)
