@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from bench.systems.base import PAYLOAD, System, Tally
+
+if TYPE_CHECKING:
+    from procrastinate.types import JSONValue
 
 TASK_NAME = "bench_noop"
 
@@ -82,8 +85,18 @@ class Procrastinate(System):
 
     def push_batch(self, n: int, batch: int) -> None:
         self._open()
+        kwargs: dict[str, JSONValue] = {"payload": PAYLOAD}
         for start in range(0, n, batch):
-            self.task.batch_defer(*[{"payload": PAYLOAD}] * min(batch, n - start))
+            self.task.batch_defer(*[kwargs] * min(batch, n - start))
+
+    def fill(self, n: int) -> None:
+        super().fill(n)
+        # The bench server runs with autovacuum off, so nothing would ANALYZE the backlog, and
+        # without statistics procrastinate_fetch_job_v2 takes twice as long (2.1 ms instead of
+        # 1.0 ms a call at 3,000 jobs). Autovacuum's auto-analyze would have run in any
+        # deployment by now: do what it does, before the clock starts.
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute("ANALYZE procrastinate_jobs")
 
     def depth(self) -> int:
         # delete_jobs="never": finished jobs stay in the table, so count the pending ones only.
