@@ -24,9 +24,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     p.add_argument("--quick", action="store_true", help="small sizes: the whole run in minutes")
     p.add_argument(
-        "--scale", type=float, help="multiply every workload size (default 1, quick 0.1)"
+        "--scale", type=float, help="multiply every full-run size (the test suite uses a tiny one)"
     )
-    p.add_argument("--repeat", type=int, default=3, help="runs per figure (median reported)")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        help="runs per figure, median reported (default 3; --quick: 3 "
+        "in-process, 1 for workloads that start worker processes)",
+    )
     p.add_argument("--systems", default=",".join(REGISTRY), help="comma-separated system names")
     p.add_argument(
         "--workloads",
@@ -52,40 +57,44 @@ def versions() -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    scale = args.scale if args.scale else (0.1 if args.quick else 1.0)
+    repeat = args.repeat or 3
     names = [s for s in args.systems.split(",") if s]
     unknown = sorted(set(names) - set(REGISTRY))
     if unknown:
         sys.exit(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
     default = [w for w in WORKLOADS if not (args.quick and w == "longtx")]
     wanted = [w for w in args.workloads.split(",") if w] if args.workloads else default
-    env = bench_env.start(args.quick, args.sync_commit == "on", scale)
+    env = bench_env.start(args.quick, args.sync_commit == "on", args.scale)
     env.longtx_seconds = args.longtx_seconds
+    env.repeat = repeat
+    env.process_repeat = args.repeat or (1 if args.quick else 3)
     started = dt.datetime.now(dt.UTC)
     results: list[Measurement] = []
     t0 = time.perf_counter()
     if "thin" in names and "roundtrip" not in wanted:
-        results.append(pgbench.python_roundtrips(env, args.repeat))
+        results.append(pgbench.python_roundtrips(env, repeat))
     if not args.no_pgbench:
-        print("pgbench reference ...", flush=True)
-        results += [
-            m for m in pgbench.measure(env, args.repeat) if m.workload in {*wanted, "roundtrip"}
-        ]
+        step = time.perf_counter()
+        keep = {*wanted, "roundtrip"}
+        results += [m for m in pgbench.measure(env, repeat) if m.workload in keep]
+        print(f"pgbench reference {time.perf_counter() - step:.1f} s", flush=True)
     for name in names:
         cls = REGISTRY[name]
         system = cls.create(env)
         try:
             for workload in wanted:
                 if workload in cls.workloads:
-                    print(f"{name}: {workload} ...", flush=True)
-                    results += WORKLOADS[workload](env, system, args.repeat)
+                    step = time.perf_counter()
+                    results += WORKLOADS[workload](env, system, repeat)
+                    print(f"{name}: {workload} {time.perf_counter() - step:.1f} s", flush=True)
         finally:
             system.close()
     meta = env.describe() | {
         "started": started.strftime("%Y-%m-%d %H:%M UTC"),
         "quick": args.quick,
-        "repeat": args.repeat,
-        "scale": scale,
+        "repeat": repeat,
+        "process_repeat": env.process_repeat,
+        "scale": args.scale,
         "versions": versions(),
         "systems": names,
         "notes": env.notes,

@@ -30,7 +30,12 @@ class BenchEnv:
     pg_bin: Path
     quick: bool = False
     sync_commit: bool = True
-    scale: float = 1.0
+    #: Set by --scale: every size is the full one times this (the test suite's smoke run).
+    scale: float | None = None
+    #: Runs per figure for in-process workloads, and for those that start worker processes
+    #: (--quick: 1, since process start-up would dominate a 3-minute run).
+    repeat: int = 3
+    process_repeat: int = 3
     longtx_seconds: float = 300.0
     server: Any = None
     notes: list[str] = field(default_factory=list)
@@ -61,9 +66,11 @@ class BenchEnv:
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
 
-    def size(self, n: int, minimum: int = 1) -> int:
-        """A workload size scaled for --quick / --scale."""
-        return max(minimum, int(n * self.scale))
+    def size(self, full: int, quick: int) -> int:
+        """A workload size: the full run's, --quick's, or the full one times --scale."""
+        if self.scale is not None:
+            return max(1, int(full * self.scale))
+        return quick if self.quick else full
 
     def describe(self) -> dict[str, Any]:
         with psycopg.connect(self.admin_dsn) as conn:
@@ -93,7 +100,7 @@ def _memory_gb() -> float | None:
         return None
 
 
-def start(quick: bool, sync_commit: bool, scale: float) -> BenchEnv:
+def start(quick: bool, sync_commit: bool, scale: float | None) -> BenchEnv:
     """The server named by ``DBQUEUE_BENCH_DSN``, else an embedded PostgreSQL 16 of our own."""
     dsn = os.environ.get("DBQUEUE_BENCH_DSN")
     if dsn:

@@ -79,7 +79,7 @@ def measure(env: BenchEnv, repeat: int) -> list[Measurement]:
     out = []
     for workload, params, script, clients, per_tx in cases:
         runs = []
-        for _ in range(repeat):
+        for _ in range(env.process_repeat):
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(f"TRUNCATE {SPEC.table}, {SPEC.meta_table}")  # type: ignore[arg-type]
             runs.append(run(env, dsn, script, clients, seconds) * per_tx)
@@ -92,11 +92,11 @@ def measure(env: BenchEnv, repeat: int) -> list[Measurement]:
 def python_roundtrips(env: BenchEnv, repeat: int) -> Measurement:
     """``SELECT 1`` from a thin psycopg loop, one client: the Python client's floor."""
     dsn = env.database("roundtrip")
-    n = env.size(20_000, 500)
+    n = env.size(20_000, 2_000)
     runs = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         cur = conn.cursor()
-        for _ in range(repeat):
+        for _ in range(env.repeat):
             start = time.perf_counter()
             for _ in range(n):
                 cur.execute("SELECT 1", prepare=True)

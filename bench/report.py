@@ -117,15 +117,16 @@ def write(out: Path, meta: dict[str, Any], results: list[Measurement]) -> Path:
         lines += [f"## {WORKLOAD_TITLES.get(workload, workload)}", ""]
         if workload in charts:
             lines += [f"![{workload}](charts/{charts[workload]})", ""]
-        lines += ["| system | parameters | median | min | max | unit | vs thin | notes |",
-                  "|---|---|---:|---:|---:|---|---:|---|"]  # fmt: skip
+        lines += ["| system | parameters | median | min | max | runs | unit | vs thin | notes |",
+                  "|---|---|---:|---:|---:|---:|---|---:|---|"]  # fmt: skip
         for i in idx:
             m = results[i]
             note = ", ".join(f"{k} {v}" for k, v in m.extra.items() if k != "cdf")
             ratio = f"{rel[i]:.2f}x" if i in rel else ""
             lines.append(
                 f"| {_label(m.system)} | {params_text(m.params)} | {_fmt(m.median)} | "
-                f"{_fmt(min(m.runs))} | {_fmt(max(m.runs))} | {m.unit} | {ratio} | {note} |"
+                f"{_fmt(min(m.runs))} | {_fmt(max(m.runs))} | {len(m.runs)} | {m.unit} | "
+                f"{ratio} | {note} |"
             )
         lines.append("")
     rows = targets(results)
@@ -143,9 +144,10 @@ def _header(meta: dict[str, Any]) -> list[str]:
     lines = [
         f"# dbqueue benchmark — {meta['started']}{' (quick)' if meta['quick'] else ''}",
         "",
-        f"Every figure is the median of {meta['repeat']} runs (min and max beside it); ratios "
-        "divide by the thin psycopg loop measured in the same run on the same server. Absolute "
-        "numbers drift on a shared machine; ratios hold.",
+        f"Every figure is the median of its runs ({meta['repeat']} for in-process workloads, "
+        f"{meta['process_repeat']} for those that start worker processes; the soaks run once), "
+        "with min and max beside it; ratios divide by the thin psycopg loop measured in the same "
+        "run on the same server. Absolute numbers drift on a shared machine; ratios hold.",
         "",
         f"- Machine: {m['platform']}, {m['cpus']} CPUs, {m['memory_gb']} GB, Python {m['python']}",
         f"- PostgreSQL ({meta['server']}): " + ", ".join(f"{k} = {v}" for k, v in pg.items()),

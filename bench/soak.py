@@ -36,7 +36,7 @@ def table_stats(system: System) -> tuple[int, int]:
 def bloat(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     """Pass N messages through (push_many, pop, ack in batches of 1,000) after a warm-up of
     N/10, and compare the tables' size and dead tuples before and after."""
-    n = env.size(1_000_000, 2_000)
+    n = env.size(1_000_000, 10_000)
     system.reset()
     system.churn(max(n // 10, 1000))
     size0, dead0 = table_stats(system)

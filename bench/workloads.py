@@ -1,6 +1,7 @@
-"""The workloads. Each returns Measurements; each figure is the median of ``repeat`` runs.
+"""The workloads. Each returns Measurements; each figure is the median of ``env.repeat``
+runs (``env.process_repeat`` for workloads that start worker processes).
 
-Sizes are the full run's; ``--quick`` scales them down (``BenchEnv.size``).
+Sizes are the full run's; ``--quick`` has its own small ones (``BenchEnv.size``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import psycopg
 
 from bench.env import BenchEnv
 from bench.measure import Measurement
@@ -31,9 +34,9 @@ def _timed(fn: Callable[[], object]) -> float:
 
 def push_single(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     """One message per transaction, one client."""
-    n = env.size(20_000, 200)
+    n = env.size(20_000, 500)
     runs = []
-    for _ in range(repeat):
+    for _ in range(env.repeat):
         system.reset()
         runs.append(n / _timed(lambda: system.push_single(n)))
     return [Measurement(system.name, "push_single", {"clients": 1}, runs, extra={"messages": n})]
@@ -43,9 +46,9 @@ def push_batch(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     """Batches of 100 and 1,000 messages per statement (or per API call), one client."""
     out = []
     for batch in (100, 1000):
-        n = env.size(200_000, batch * 5)
+        n = env.size(200_000, 2_000)
         runs = []
-        for _ in range(repeat):
+        for _ in range(env.repeat):
             system.reset()
             runs.append(n / _timed(lambda n=n, b=batch: system.push_batch(n, b)))  # type: ignore[misc]
         out.append(
@@ -103,6 +106,14 @@ def _rate(tallies: list[dict[str, float]]) -> tuple[int, float]:
     return total, (total / span if span > 0 else float("nan"))
 
 
+def _analyze(system: System) -> None:
+    """Give the planner statistics for the fresh backlog, as autovacuum's auto-analyze would
+    have done in any deployment by then (and some servers run with autovacuum off): without
+    them some systems' dequeue sorts the whole backlog on every call."""
+    with psycopg.connect(system.dsn, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+
+
 def drain(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     """A backlog consumed with a no-op handler by 1 and 2 worker processes: rate from the
     first handled item to the last (worker start-up is reported separately)."""
@@ -112,11 +123,13 @@ def drain(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     for workers in (1, 2):
         for batch in batches:
             backlog = system.drain_backlog if batch > 1 else min(system.drain_backlog, 10_000)
-            n = env.size(backlog, 200)
+            # A drain of fewer than five batches would time a single fetch.
+            n = max(env.size(backlog, max(100, min(2_000, backlog // 10))), 5 * batch)
             runs, startups = [], []
-            for _ in range(repeat):
+            for _ in range(env.process_repeat):
                 system.reset()
                 system.fill(n)
+                _analyze(system)
                 tallies, started = _workers(env, system, "drain", workers, batch)
                 total, rate = _rate(tallies)
                 left = system.depth()
@@ -137,7 +150,7 @@ def cycle(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     seconds = 1.0 if env.quick else 5.0
     for workers in (1, 2):
         runs = []
-        for _ in range(repeat):
+        for _ in range(env.process_repeat):
             system.reset()
             tallies, _ = _workers(env, system, "cycle", workers, 100, seconds)
             runs.append(_rate(tallies)[1])
@@ -163,11 +176,12 @@ class SteadyRun:
 
 
 def run_steady(env: BenchEnv, system: System, rate: float, seconds: float) -> SteadyRun:
-    """P paced producers and C long-running consumers (which outlive the producers by 2 s to
-    serve what is left); returns what the consumers measured."""
+    """P paced producers and C long-running consumers (which outlive the producers a little
+    to serve what is left); returns what the consumers measured."""
     cpu = _children_cpu()
+    tail = 1.0 if env.quick else 2.0
     specs: list[Spec] = [
-        ("serve", 10, WARMUP + seconds + 2.0, STEADY_CONSUMERS),
+        ("serve", 10, WARMUP + seconds + tail, STEADY_CONSUMERS),
         ("produce", rate / STEADY_PRODUCERS, seconds, STEADY_PRODUCERS),
     ]
     results, _ = _processes(system, specs)
@@ -176,7 +190,7 @@ def run_steady(env: BenchEnv, system: System, rate: float, seconds: float) -> St
     if len(latencies) < pushed:
         env.notes.append(
             f"{system.name}: served {len(latencies)} of {pushed} messages pushed at "
-            f"{rate:.0f} msg/s within {seconds + 2:.0f} s: it cannot keep up with that rate"
+            f"{rate:.0f} msg/s within {seconds + tail:.0f} s: it cannot keep up with that rate"
         )
     return SteadyRun(latencies, pushed, _children_cpu() - cpu)
 
@@ -189,9 +203,9 @@ def _children_cpu() -> float:
 def steady(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     """Steady state at a fixed offered rate: latency from push to handler start (p50, p99,
     max) and the rate actually served."""
-    seconds = 3.0 if env.quick else 20.0
+    seconds = 1.5 if env.quick else 20.0
     p50s, p99s, maxes, rates, last = [], [], [], [], SteadyRun([], 0, 0)
-    for _ in range(repeat):
+    for _ in range(env.process_repeat):
         system.reset()
         run = run_steady(env, system, STEADY_RATE, seconds)
         if not run.latencies:

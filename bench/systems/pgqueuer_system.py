@@ -116,15 +116,6 @@ class PgQueuer(System):
 
         self._run(push())
 
-    def fill(self, n: int) -> None:
-        super().fill(n)
-        # The bench server runs with autovacuum off, so nothing would ANALYZE the backlog, and
-        # with no statistics the planner sorts the whole backlog on every dequeue (34 ms a call
-        # at 50,000 jobs instead of 1 ms). Autovacuum's auto-analyze would have run in any
-        # deployment by now: do what it does, before the clock starts.
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute(f"ANALYZE {self.queue_table}")
-
     def depth(self) -> int:
         with psycopg.connect(self.dsn) as conn:
             row = conn.execute(

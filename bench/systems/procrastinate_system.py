@@ -89,15 +89,6 @@ class Procrastinate(System):
         for start in range(0, n, batch):
             self.task.batch_defer(*[kwargs] * min(batch, n - start))
 
-    def fill(self, n: int) -> None:
-        super().fill(n)
-        # The bench server runs with autovacuum off, so nothing would ANALYZE the backlog, and
-        # without statistics procrastinate_fetch_job_v2 takes twice as long (2.1 ms instead of
-        # 1.0 ms a call at 3,000 jobs). Autovacuum's auto-analyze would have run in any
-        # deployment by now: do what it does, before the clock starts.
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            conn.execute("ANALYZE procrastinate_jobs")
-
     def depth(self) -> int:
         # delete_jobs="never": finished jobs stay in the table, so count the pending ones only.
         with psycopg.connect(self.dsn) as conn:
