@@ -32,7 +32,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="runs per figure, median reported (default 3; --quick: 3 "
         "in-process, 1 for workloads that start worker processes)",
     )
-    p.add_argument("--systems", default=",".join(REGISTRY), help="comma-separated system names")
+    p.add_argument("--systems", default=",".join(_ordered()), help="comma-separated system names")
     p.add_argument(
         "--workloads",
         help="comma-separated workloads (default: all; --quick leaves out longtx, whose "
@@ -43,6 +43,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sync-commit", choices=("on", "off"), default="on")
     p.add_argument("--out", type=Path, help="output folder (default bench/results/<date>)")
     return p.parse_args(argv)
+
+
+def _ordered() -> list[str]:
+    """References first (every ratio divides by thin, so an interrupted run keeps them),
+    then dbqueue, then the peers."""
+    refs = [n for n in ("thin", "naive") if n in REGISTRY]
+    ours = sorted(n for n in REGISTRY if n.startswith("dbqueue"))
+    return refs + ours + sorted(set(REGISTRY) - set(refs) - set(ours))
 
 
 def versions() -> dict[str, str]:
