@@ -34,16 +34,20 @@ WITH d AS (
 )
 SELECT id FROM d ORDER BY id;
 
--- split_pop_leased --
--- LIMIT ... FOR UPDATE SKIP LOCKED sits in its own CTE: inside IN (...) the planner may run
--- the subquery again and lock more rows than asked for.
-WITH picked AS (
+-- _picked --
+-- A fragment of both pops: the due items in delivery order, locked, skipping rows other
+-- poppers hold. LIMIT ... FOR UPDATE SKIP LOCKED sits in its own CTE: inside IN (...) the
+-- planner may run the subquery again and lock more rows than asked for.
+picked AS (
     SELECT id FROM {meta}
     WHERE state = 0 AND run_at <= statement_timestamp()
     ORDER BY priority DESC, run_at, id
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
-), m AS (
+)
+
+-- split_pop_leased --
+WITH {_picked}, m AS (
     UPDATE {meta} AS m
     SET state = 1, attempts = m.attempts + 1,
         lease_until = statement_timestamp() + %(lease)s::interval
@@ -58,13 +62,7 @@ ORDER BY m.priority DESC, m.run_at, m.id;
 -- split_pop_remove --
 -- at_most_once (autocommit) and transactional (inside the caller's transaction) share this:
 -- the difference is only who commits.
-WITH picked AS (
-    SELECT id FROM {meta}
-    WHERE state = 0 AND run_at <= statement_timestamp()
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(n)s
-    FOR UPDATE SKIP LOCKED
-), m AS (
+WITH {_picked}, m AS (
     DELETE FROM {meta} AS m USING picked
     WHERE m.id = picked.id
     RETURNING m.id, m.attempts, m.priority, m.run_at
