@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
+from django.conf import settings
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -14,10 +16,37 @@ from dbqueue.dialects import get_dialect
 from dbqueue.dialects.base import Dialect
 from dbqueue.drivers import executor_for
 from dbqueue.errors import UnsupportedDatabase
-from dbqueue.executor import Row
+from dbqueue.executor import Executor, Row
 
 #: Django's vendor names for the engines the core supports.
 VENDORS = {"postgresql": "postgresql", "sqlite": "sqlite"}
+
+#: psycopg prepares a statement once it has run this many times. Django disables preparing
+#: (``prepare_threshold=None``) to keep transaction-mode poolers working; with ``None`` psycopg
+#: ignores even an explicit ``prepare=True``. dbqueue sets this unreachable threshold instead,
+#: so its own statements (which ask with ``prepare=True``) are prepared and no other query is.
+#: Measured (bench push_single, Django manager): unprepared 1,450 msg/s, prepared 2,400 msg/s
+#: against a thin loop's 2,800 — planning the two-table CTE was most of the difference.
+NEVER_AUTO_PREPARE = 2**31 - 1
+
+
+def wants_prepared_statements(connection: BaseDatabaseWrapper) -> bool:
+    """Whether dbqueue may prepare its statements on this PostgreSQL connection.
+
+    Yes unless the project said otherwise: ``DBQUEUE_PREPARED_STATEMENTS = False`` (behind a
+    pooler that cannot carry prepared statements, such as PgBouncer before 1.21 in transaction
+    mode), or an explicit ``"prepare_threshold"`` in the database's ``OPTIONS`` (that choice,
+    ``None`` included, is left exactly as given).
+    """
+    if not getattr(settings, "DBQUEUE_PREPARED_STATEMENTS", True):
+        return False
+    return "prepare_threshold" not in connection.settings_dict.get("OPTIONS", {})
+
+
+def _allow_prepare(connection: BaseDatabaseWrapper) -> None:
+    raw = connection.connection
+    if getattr(raw, "prepare_threshold", 0) is None and wants_prepared_statements(connection):
+        raw.prepare_threshold = NEVER_AUTO_PREPARE
 
 
 def dialect_for(connection: BaseDatabaseWrapper) -> Dialect:
@@ -29,6 +58,23 @@ def dialect_for(connection: BaseDatabaseWrapper) -> Dialect:
             f"{', '.join(sorted(VENDORS))}"
         )
     return get_dialect(name)
+
+
+#: The core executor of each Django connection, with the raw DB-API connection it runs on
+#: (replaced when Django reconnects). Django connections belong to one thread, so each
+#: executor, and the cursor it keeps, is used by one thread only. Keyed by the wrapper: a
+#: sqlite3 connection cannot be weakly referenced.
+_DRIVERS: weakref.WeakKeyDictionary[BaseDatabaseWrapper, tuple[Any, Executor]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _driver(dialect: Dialect, connection: BaseDatabaseWrapper) -> Executor:
+    raw = connection.connection
+    cached = _DRIVERS.get(connection)
+    if cached is None or cached[0] is not raw:
+        cached = _DRIVERS[connection] = (raw, executor_for(dialect, raw))
+    return cached[1]
 
 
 class DjangoExecutor:
@@ -49,9 +95,10 @@ class DjangoExecutor:
         # refuse to run instead of working on a transaction that is going to be undone.
         conn.validate_no_broken_transaction()
         conn.ensure_connection()
+        _allow_prepare(conn)
         # The core's own executor runs the statement on Django's raw DB-API connection, so the
         # SQL joins whatever transaction Django has open.
-        driver = executor_for(self._dialect, conn.connection)
+        driver = _driver(self._dialect, conn)
         # A database error inside atomic() marks the block for rollback, as Django's own
         # queries do, so the caller cannot commit half of a failed operation by mistake.
         with transaction.mark_for_rollback_on_error(self.alias):

@@ -4,6 +4,7 @@ SQLite connection setup and version check. Real databases only."""
 from __future__ import annotations
 
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -59,6 +60,23 @@ def test_psycopg_execute_returns_rows_or_nothing(pg_conn: psycopg.Connection) ->
     assert ex.execute("SET application_name = 'dbqueue-test'", {}) == []
     for _ in range(8):  # prepared after a few runs: results stay the same
         assert ex.execute("SELECT %(a)s::int * 2", {"a": 21}) == [(42,)]
+
+
+@pytest.mark.postgresql
+def test_a_psycopg_executor_shared_by_threads_keeps_their_results_apart(pg_dsn: str) -> None:
+    # The executor reuses a cursor per thread; a shared cursor would hand one thread's rows
+    # to another.
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        ex = PsycopgExecutor(conn)
+
+        def work(k: int) -> bool:
+            return all(
+                ex.execute("SELECT %(k)s::int, %(i)s::int", {"k": k, "i": i}) == [(k, i)]
+                for i in range(200)
+            )
+
+        with ThreadPoolExecutor(4) as pool:
+            assert all(pool.map(work, range(8)))
 
 
 @pytest.mark.postgresql
