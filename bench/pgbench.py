@@ -19,7 +19,7 @@ from dbqueue.schema import create_statements
 
 NAME = "pgbench"
 _TPS = re.compile(r"tps = ([0-9.]+)")
-_PARAM = re.compile(r"%\((\w+)\)s")
+_PARAM = re.compile(r"%\((\w+)\)[sb]")
 
 
 def our_sql(statement: str, batch: int = 1) -> str:

@@ -59,6 +59,10 @@ class Dialect(ABC):
         """A list bound as one parameter."""
         return list(values)
 
+    def array_param(self, name: str) -> str:
+        """The placeholder for an array parameter (``supports_array_params``)."""
+        return self.param(name)
+
     def array_type(self, kind: FieldKind) -> str:
         """The SQL array type a batch of ``kind`` values is cast to (``supports_array_params``)."""
         raise NotImplementedError(f"{self.name} has no array parameters")

@@ -74,6 +74,12 @@ class PostgreSQL(Dialect):
             return f"numeric({f.max_digits},{f.decimal_places or 0})"
         return _TYPES[f.kind]
 
+    def array_param(self, name: str) -> str:
+        # Binary, always: psycopg dumps a list of str in text format under %s, quoting and
+        # escaping every element with a regex on the client — half the client CPU of a
+        # push_many of 1,000 rows (profiled: 5 us of 10 per row).
+        return f"%({name})b"
+
     def array_type(self, kind: FieldKind) -> str:
         return ARRAY_TYPES[kind]
 

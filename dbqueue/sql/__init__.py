@@ -70,7 +70,8 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         unnest_source = ""
     elif fields:
         arrays = ", ".join(
-            f"{dialect.param(f'c{i}')}::{dialect.array_type(f.kind)}" for i, f in enumerate(fields)
+            f"{dialect.array_param(f'c{i}')}::{dialect.array_type(f.kind)}"
+            for i, f in enumerate(fields)
         )
         names = ", ".join(f"c{i}" for i in range(len(fields)))
         unnest_source = f"unnest({arrays}) WITH ORDINALITY AS r({names}, ord)"

@@ -45,7 +45,7 @@ SAMPLE_PAYLOAD: dict[str, Any] = {
     "k_doc": {"a": 1}, "k_blob": b"\x00", "k_uid": uuid.UUID(int=1),
 }  # fmt: skip
 LAYOUTS = ["split"]
-PG_PARAM = re.compile(r"%\((\w+)\)s")
+PG_PARAM = re.compile(r"%\((\w+)\)[sb]")
 SQLITE_PARAM = re.compile(r"(?<![:\w]):([a-z_]\w*)")
 
 

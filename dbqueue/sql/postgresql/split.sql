@@ -92,7 +92,7 @@ mine AS (
 
 -- split_ack --
 WITH tok AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::smallint[]) AS t(id, attempts)
+    SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
 ), {_held_tokens}, m AS (
     DELETE FROM {meta} AS m USING allowed
     WHERE m.id = allowed.id
@@ -108,8 +108,8 @@ SELECT id FROM m;
 -- attempts reached max_attempts; the error text goes to the data table. For a failed row,
 -- run_at records when it failed.
 WITH tok AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::smallint[], %(delays)s::interval[],
-                         %(errors)s::text[]) AS t(id, attempts, delay, error)
+    SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[], %(delays)b::interval[],
+                         %(errors)b::text[]) AS t(id, attempts, delay, error)
 ), {_held_tokens}, m AS (
     UPDATE {meta} AS m
     SET state = CASE WHEN m.attempts >= %(max_attempts)s THEN 3 ELSE 0 END,
@@ -129,7 +129,7 @@ SELECT id, state FROM m;
 -- split_extend --
 -- Heartbeat: a worker still busy with its batch pushes the leases it holds further out.
 WITH tok AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::smallint[]) AS t(id, attempts)
+    SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
 )
 UPDATE {meta} AS m
 SET lease_until = statement_timestamp() + %(lease)s::interval
@@ -140,7 +140,7 @@ RETURNING m.id;
 -- split_not_leased --
 -- Diagnosis for NotLeased errors only (never on the hot path).
 SELECT t.id
-FROM unnest(%(ids)s::bigint[], %(attempts)s::smallint[]) AS t(id, attempts)
+FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
 LEFT JOIN {meta} AS m
   ON m.id = t.id AND m.state = 1 AND m.attempts = COALESCE(t.attempts, m.attempts)
 WHERE m.id IS NULL;
@@ -148,7 +148,7 @@ WHERE m.id IS NULL;
 -- split_retry --
 UPDATE {meta}
 SET state = 0, attempts = 0, run_at = statement_timestamp(), lease_until = NULL
-WHERE id = ANY(%(ids)s::bigint[]) AND state = 3
+WHERE id = ANY(%(ids)b::bigint[]) AND state = 3
 RETURNING id;
 
 -- split_rescue --
@@ -201,10 +201,10 @@ SELECT id FROM m;
 -- split_delete --
 WITH m AS (
     DELETE FROM {meta}
-    WHERE id = ANY(%(ids)s::bigint[])
+    WHERE id = ANY(%(ids)b::bigint[])
     RETURNING id
 ), d AS (
     DELETE FROM {data}
-    WHERE id = ANY(%(ids)s::bigint[])
+    WHERE id = ANY(%(ids)b::bigint[])
 )
 SELECT id FROM m;
