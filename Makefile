@@ -12,7 +12,7 @@ BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo test test-django52 bench bench-quick bench-sync-off lint format typecheck check docs docs-serve clean distclean
+.PHONY: help venv demo test test-django52 bench bench-quick bench-sync-off lint format typecheck check screenshots docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -85,6 +85,9 @@ typecheck: venv ## Type-check dbqueue and dbqueue_django with mypy (strict)
 	$(VENV)/bin/mypy dbqueue dbqueue_django
 
 check: lint typecheck test ## Run lint, typecheck and test
+
+screenshots: venv ## Retake the admin screenshots in docs/images (needs Debian's chromium)
+	$(PY) scripts/admin_screenshots.py
 
 docs: venv ## Build the documentation into site/ (mkdocs --strict)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict

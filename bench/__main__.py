@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from bench import env as bench_env
-from bench import pgbench, report
+from bench import pgbench, report, wakeup
 from bench.catalog import WORKLOADS
 from bench.measure import Measurement
 from bench.systems import REGISTRY
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> int:
     unknown = sorted(set(names) - set(REGISTRY))
     if unknown:
         sys.exit(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
-    default = [w for w in WORKLOADS if not (args.quick and w == "longtx")]
+    default = [w for w in [*WORKLOADS, "wakeup"] if not (args.quick and w == "longtx")]
     wanted = [w for w in args.workloads.split(",") if w] if args.workloads else default
     env = bench_env.start(args.quick, args.sync_commit == "on", args.scale)
     env.longtx_seconds = args.longtx_seconds
@@ -97,6 +97,10 @@ def main(argv: list[str]) -> int:
                     print(f"{name}: {workload} {time.perf_counter() - step:.1f} s", flush=True)
         finally:
             system.close()
+    if "wakeup" in wanted and "dbqueue-worker" in names:
+        step = time.perf_counter()
+        results += wakeup.measure(env)
+        print(f"wake-ups {time.perf_counter() - step:.1f} s", flush=True)
     meta = env.describe() | {
         "started": started.strftime("%Y-%m-%d %H:%M UTC"),
         "quick": args.quick,

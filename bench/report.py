@@ -27,6 +27,8 @@ WORKLOAD_TITLES = {
     "longtx_throughput": "Long transaction: messages served per second at 1,000 msg/s offered",
     "longtx_p50": "Long transaction: latency median",
     "longtx_p99": "Long transaction: latency 99th percentile",
+    "notify_cost": "Wake-ups: single pushes per second by NOTIFY mode (a worker LISTENing)",
+    "pickup": "Wake-ups: an idle worker picks up a lone message, median latency",
 }
 #: Workloads whose figures are better when lower (ratios are still median / thin's).
 LOWER_IS_BETTER = {"latency_p50", "latency_p99", "latency_max", "bloat_size",
@@ -60,18 +62,22 @@ def _find(results: list[Measurement], system: str, workload: str, **params: Any)
 #: The issue's targets: (title, numerator, denominator, goal ratio). A side is
 #: (system, workload, params); a row is reported when both sides ran.
 Side = tuple[str, str, dict[str, Any]]
+#: dbqueue's drainers in the targets: the worker, and the Django pop_batch/ack loop before it.
+DRAINERS = [("dbqueue-worker", "`runqueueworker`"), ("dbqueue-django", "Django pop_batch/ack loop")]
 TARGETS: list[tuple[str, Side, Side, float]] = [
     ("Django `push()` vs thin loop, single push",
      ("dbqueue-django", "push_single", {}), ("thin", "push_single", {}), 0.9),
     *[(f"Django `push_many` vs pgqueuer batch enqueue (batch {b})",
        ("dbqueue-django", "push_batch", {"batch": b}), ("pgqueuer", "push_batch", {"batch": b}), 2)
       for b in (100, 1000)],
-    *[(f"dbqueue drain vs pgqueuer's, {w} worker(s)",
-       ("dbqueue-django", "drain", {"workers": w, "batch": 100}),
-       ("pgqueuer", "drain", {"workers": w, "batch": 10}), 10) for w in (1, 2)],
-    *[(f"dbqueue drain vs django-tasks-db's, {w} worker(s)",
-       ("dbqueue-django", "drain", {"workers": w, "batch": 100}),
-       ("django-tasks-db", "drain", {"workers": w, "batch": 1}), 100) for w in (1, 2)],
+    *[(f"{label} drain vs pgqueuer's, {w} worker(s)",
+       (system, "drain", {"workers": w, "batch": 100}),
+       ("pgqueuer", "drain", {"workers": w, "batch": 10}), 10)
+      for system, label in DRAINERS for w in (1, 2)],
+    *[(f"{label} drain vs django-tasks-db's, {w} worker(s)",
+       (system, "drain", {"workers": w, "batch": 100}),
+       ("django-tasks-db", "drain", {"workers": w, "batch": 1}), 100)
+      for system, label in DRAINERS for w in (1, 2)],
     ("core `push()` vs pgbench running the same SQL",
      ("dbqueue-core", "push_single", {}), ("pgbench", "push_single", {}), 0.85),
     *[(f"core `push_many` vs pgbench, same SQL (batch {b})",

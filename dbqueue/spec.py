@@ -102,6 +102,11 @@ class QueueOptions:
     max_payload_bytes: int = 256 * 1024
     push_many_batch: int = 1000
     rescue_batch: int = 500
+    #: Wake-ups (PostgreSQL): a push sends NOTIFY on the queue's channel at most once per this
+    #: interval per process, so idle workers pick a lone message up in milliseconds while a
+    #: busy producer does not take NOTIFY's database-wide commit lock for every message. Zero
+    #: notifies at every push; None never (workers then find messages by polling only).
+    notify_interval: timedelta | None = timedelta(milliseconds=100)
     #: Datetime payloads must carry a time zone (Django's USE_TZ=True, SQLAlchemy timezone=True).
     aware_datetimes: bool = True
 
@@ -117,6 +122,13 @@ class QueueOptions:
             raise InvalidSpec(f"lease must be a positive timedelta, got {self.lease!r}")
         if not isinstance(self.backoff, Backoff):
             raise InvalidSpec(f"backoff must be a dbqueue.Backoff, got {self.backoff!r}")
+        interval = self.notify_interval
+        if interval is not None and (
+            not isinstance(interval, timedelta) or interval < timedelta(0)
+        ):
+            raise InvalidSpec(
+                f"notify_interval must be a non-negative timedelta or None, got {interval!r}"
+            )
         for name in ("max_payload_bytes", "push_many_batch", "rescue_batch"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -180,6 +192,11 @@ class QueueSpec:
     @property
     def meta_table(self) -> str:
         return f"{self.table}_meta"
+
+    @property
+    def channel(self) -> str:
+        """The LISTEN/NOTIFY channel of this queue (at most 62 bytes, like every derived name)."""
+        return f"dbqueue_{self.table}"
 
     @property
     def field_names(self) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ a framework; the Django and SQLAlchemy adapters wrap this class.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -41,6 +42,15 @@ def _positive(name: str, value: int | None, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidArgument(f"{name} must be a positive int, got {value!r}")
     return value
+
+
+def _check_priority(priority: int) -> None:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgument(f"priority must be an int, got {priority!r}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise InvalidArgument(
+            f"priority {priority} is out of range ({PRIORITY_MIN}..{PRIORITY_MAX})"
+        )
 
 
 def to_token(item: TokenLike) -> Token:
@@ -79,6 +89,13 @@ class SplitQueue:
         self.codec = Codec(spec, dialect)
         self.statements = render(spec, dialect, self.layout)
         self._param_names = [f"p{i}" for i in range(len(spec.fields))]
+        interval = spec.options.notify_interval
+        self._notify_every = (
+            interval.total_seconds()
+            if interval is not None and dialect.supports_listen_notify
+            else None
+        )
+        self._last_notify = -float("inf")
 
     # -- running statements -------------------------------------------------------------------
 
@@ -121,12 +138,7 @@ class SplitQueue:
     def _schedule(
         self, priority: int, delay: dt.timedelta | None, run_at: dt.datetime | None
     ) -> dict[str, Any]:
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidArgument(f"priority must be an int, got {priority!r}")
-        if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-            raise InvalidArgument(
-                f"priority {priority} is out of range ({PRIORITY_MIN}..{PRIORITY_MAX})"
-            )
+        _check_priority(priority)
         if delay is not None and run_at is not None:
             raise InvalidArgument("pass delay= or run_at=, not both")
         if delay is not None and (not isinstance(delay, dt.timedelta) or delay < _ZERO):
@@ -155,7 +167,26 @@ class SplitQueue:
         """Enqueue one item in the executor's transaction; return its id."""
         params = dict(zip(self._param_names, self.codec.encode(payload), strict=True))
         params.update(self._schedule(priority, delay, run_at))
-        return int(self._run(ex, "split_push", params)[0][0])
+        item_id = int(self._run(ex, "split_push", params)[0][0])
+        self._wake(ex)
+        return item_id
+
+    def _wake(self, ex: Executor) -> None:
+        """NOTIFY the queue's channel unless this process did so within notify_interval.
+
+        Races between threads only cost a spare notification. A notification sent in a
+        transaction that rolls back is lost with it, and pushes in the following interval send
+        none: workers still poll for a while after their last message (see dbqueue.wakeup), and
+        an idle worker's safety poll bounds the rest.
+        """
+        every = self._notify_every
+        if every is None:
+            return
+        now = time.monotonic()
+        if now - self._last_notify < every:
+            return
+        self._last_notify = now
+        self._run(ex, "split_notify", {"channel": self.spec.channel})
 
     def push_many(
         self,
@@ -179,9 +210,12 @@ class SplitQueue:
             return []
         chunks = [encoded[i : i + size] for i in range(0, len(encoded), size)]
         if len(chunks) == 1 and self.dialect.supports_array_params:
-            return self._push_chunk(ex, chunks[0], schedule)
-        with ex.atomic():
-            return [i for chunk in chunks for i in self._push_chunk(ex, chunk, schedule)]
+            ids = self._push_chunk(ex, chunks[0], schedule)
+        else:
+            with ex.atomic():
+                ids = [i for chunk in chunks for i in self._push_chunk(ex, chunk, schedule)]
+        self._wake(ex)
+        return ids
 
     def _push_chunk(
         self, ex: Executor, chunk: list[list[Any]], schedule: dict[str, Any]
@@ -346,6 +380,15 @@ class SplitQueue:
             return 0
         params = {"ids": self.dialect.array(ids), **self._clock()}
         return len(self._run(ex, "split_retry", params))
+
+    def set_priority(self, ex: Executor, ids: Iterable[TokenLike] | int, priority: int) -> int:
+        """Give items (any state) a new priority; return how many were found."""
+        _check_priority(priority)
+        ids = self._ids(ids)
+        if not ids:
+            return 0
+        params = {"ids": self.dialect.array(ids), "priority": priority}
+        return len(self._run(ex, "split_set_priority", params))
 
     def rescue(self, ex: Executor, *, batch: int | None = None) -> RescueResult:
         """Expired leases back to ready (failed after max_attempts), in small batches."""

@@ -2,5 +2,10 @@
 
 Add ``"dbqueue_django"`` to ``INSTALLED_APPS``, subclass
 :class:`dbqueue_django.models.QueueModel`, run ``makemigrations`` and ``migrate``, then use
-``YourModel.queue``.
+``YourModel.queue``; register handlers with :func:`handler` and run ``manage.py
+runqueueworker``.
 """
+
+from dbqueue_django.handlers import handler
+
+__all__ = ["handler"]

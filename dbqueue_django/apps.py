@@ -22,3 +22,21 @@ class DBQueueConfig(AppConfig):
             tune_tables(sender, using)
 
         post_migrate.connect(_tune, weak=False, dispatch_uid="dbqueue_django.tune")
+        self._register_admin()
+
+    def _register_admin(self) -> None:
+        """Every queue model in the admin, unless the project registered it itself.
+
+        The admin modules are imported first (as the admin's own ready() does; imports are
+        cached, so nothing registers twice), whatever the order of INSTALLED_APPS.
+        """
+        from django.apps import apps
+
+        if not apps.is_installed("django.contrib.admin"):
+            return
+        from django.contrib import admin
+
+        from dbqueue_django.admin import register_queue_models
+
+        admin.autodiscover()
+        register_queue_models(admin.site)

@@ -116,3 +116,64 @@ def queue_models(app_configs: Iterable[AppConfig] | None = None) -> list[type[Qu
         for m in config.get_models()
         if issubclass(m, QueueModel) and not m._meta.abstract
     ]
+
+
+class QueueOverview(models.Model):
+    """No table: the admin's "Queue overview" page hangs on this unmanaged model."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        verbose_name = "queue overview"
+        verbose_name_plural = "queue overview"
+
+    def __str__(self) -> str:
+        return "queue overview"
+
+
+class TaskItem(QueueModel):
+    """A Django Task enqueued through :class:`dbqueue_django.tasks.DBQueueBackend`: the queue
+    ``runqueueworker`` runs them from. Failed tasks wait here for a retry from the admin."""
+
+    task_path = models.CharField(max_length=255)
+    backend = models.CharField(max_length=100)
+    queue_name = models.CharField(max_length=100)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    takes_context = models.BooleanField(default=False)
+
+    class Meta:
+        verbose_name = "task"
+
+    class QueueOptions:
+        max_attempts = 1  # Django Tasks run once; retry failed ones from the admin
+
+    def __str__(self) -> str:
+        return f"{self.task_path} #{self.pk}"
+
+
+class TaskRun(models.Model):
+    """What the worker recorded about a task: start, end, outcome, return value. A task's
+    queue item is deleted once it succeeds, so its result lives here (keyed by the item id)."""
+
+    id = models.BigIntegerField(primary_key=True)
+    task_path = models.CharField(max_length=255)
+    backend = models.CharField(max_length=100)
+    queue_name = models.CharField(max_length=100)
+    priority = models.SmallIntegerField(default=0)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    status = models.CharField(max_length=10)
+    enqueued_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+    last_attempted_at = models.DateTimeField(null=True)
+    return_value = models.JSONField(null=True)
+    errors = models.JSONField(default=list)
+    worker_ids = models.JSONField(default=list)
+
+    class Meta:
+        verbose_name = "task run"
+
+    def __str__(self) -> str:
+        return f"{self.task_path} #{self.pk} ({self.status})"

@@ -56,6 +56,11 @@ class DjangoQueue[M: "QueueModel"]:
             core = _CORES[key] = SplitQueue(self.spec, ex.dialect)
         return core, ex
 
+    @property
+    def core(self) -> SplitQueue:
+        """The core queue behind this one, for this alias's database (used by the worker)."""
+        return self._bind()[0]
+
     # -- payload translation ------------------------------------------------------------------
 
     @cached_property
@@ -174,6 +179,11 @@ class DjangoQueue[M: "QueueModel"]:
         """Failed items (ids or instances) back to ready with attempts reset."""
         core, ex = self._bind()
         return core.retry(ex, ids)
+
+    def set_priority(self, ids: Iterable[Any] | int, priority: int) -> int:
+        """Give items (ids or instances, any state) a new priority; return how many."""
+        core, ex = self._bind()
+        return core.set_priority(ex, ids, priority)
 
     def rescue(self, *, batch: int | None = None) -> RescueResult:
         """Expired leases back to ready (or failed after max_attempts)."""

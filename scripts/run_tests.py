@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     out = sys.stdout.buffer
     chunks: list[bytes] = []
     # The command is this interpreter running pytest with our own arguments.
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # noqa: S603
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     try:

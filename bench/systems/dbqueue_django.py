@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -105,3 +106,39 @@ class DBQueueDjango(System):
         items = queue.pop_batch(batch)
         queue.ack(items)
         return len(items)
+
+
+class DBQueueDjangoWorker(DBQueueDjango):
+    """The same queue drained by dbqueue's own worker: the loop behind ``runqueueworker``
+    (one thread per process, batches of ``batch``), woken by LISTEN/NOTIFY when idle."""
+
+    name = "dbqueue-worker"
+    label = "dbqueue runqueueworker (Django)"
+    workloads = frozenset({"drain", "steady"})
+
+    def _worker(self, batch: int, handle: Callable[[Any], None], *, burst: bool) -> Any:
+        from dbqueue_django.handlers import Handler
+        from dbqueue_django.worker import build_worker
+
+        return build_worker([Handler(self.model, handle, False, batch)], burst=burst)
+
+    def drain(self, batch: int) -> Tally:
+        tally = Tally()
+        self._worker(batch, lambda item: tally.add(1), burst=True).run(handle_signals=False)
+        return tally
+
+    def serve(self, batch: int, seconds: float, handle: Callable[[str], None]) -> Tally:
+        tally = Tally()
+
+        def run(item: Any) -> None:
+            handle(item.payload)
+            tally.add(1)
+
+        worker = self._worker(batch, run, burst=False)
+        timer = threading.Timer(seconds, worker.stop)
+        timer.start()
+        try:
+            worker.run(handle_signals=False)
+        finally:
+            timer.cancel()
+        return tally

@@ -59,6 +59,10 @@ class PsycopgExecutor:
         status = self.connection.info.transaction_status
         return not self.connection.autocommit or status != pq.TransactionStatus.IDLE
 
+    def close(self) -> None:
+        """Close the connection (a worker thread's, when it ends or after a database error)."""
+        self.connection.close()
+
     def atomic(self) -> AbstractContextManager[object]:
         return self.connection.transaction()
 

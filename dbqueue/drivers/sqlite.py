@@ -44,6 +44,10 @@ class SqliteExecutor:
     def in_transaction(self) -> bool:
         return self.connection.in_transaction
 
+    def close(self) -> None:
+        """Close the connection (a worker thread's, when it ends or after a database error)."""
+        self.connection.close()
+
     def atomic(self) -> AbstractContextManager[object]:
         return _transaction(self.connection)
 

@@ -1,6 +1,5 @@
-# The queue model is deliberately not registered: adding or deleting its rows through the
-# ORM would bypass the queue's meta table. Use OrderConfirmation.queue (stats, failed,
-# retry, purge) instead.
+# OrderConfirmation needs no registration here: dbqueue_django puts every queue model in the
+# admin (counts per state, failed items with their tracebacks, retry / delete / set priority).
 from typing import TYPE_CHECKING
 
 from django.contrib import admin

@@ -74,3 +74,9 @@ USE_TZ = True
 
 # With DEBUG off, runserver serves the admin's CSS only with --insecure.
 STATIC_URL = "static/"
+
+# The demo keeps sent e-mails in memory (django.core.mail.outbox) so it can check each one; a
+# real shop names its SMTP server here.
+EMAIL_BACKEND = os.environ.get(
+    "DJANGO_EMAIL_BACKEND", "django.core.mail.backends.locmem.EmailBackend"
+)

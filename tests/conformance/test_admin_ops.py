@@ -48,3 +48,27 @@ def test_delete_by_id_in_any_state(front: Front) -> None:
     assert front.counts() == (1, 1)
     assert front.delete([]) == 0
     assert list(front.states()) == [b]
+
+
+def test_set_priority_reorders_delivery(front: Front) -> None:
+    a, b, c = front.push_many([{"name": "a"}, {"name": "b"}, {"name": "c"}])
+    assert front.set_priority([c], 5) == 1
+    assert front.set_priority([], 5) == 0
+    assert [item.id for item in front.pop_batch(3)] == [c, a, b]
+
+
+def test_set_priority_of_a_failed_item_keeps_it_for_the_retry(front: Front) -> None:
+    (a,) = front.push_many([{"name": "a"}])
+    front.fail(front.pop_batch(1), "boom", delay=dt.timedelta(0))
+    assert front.set_priority(a, -3) == 1
+    (item,) = front.pop_batch(1)
+    assert (item.id, item.priority) == (a, -3)
+
+
+@pytest.mark.parametrize("priority", [40_000, -40_000, 1.5, True, "high"])
+def test_set_priority_refuses_a_bad_priority(front: Front, priority: object) -> None:
+    (a,) = front.push_many([{"name": "a"}])
+    with pytest.raises(InvalidArgument, match="priority"):
+        front.set_priority([a], priority)
+    (item,) = front.pop_batch(1)
+    assert item.priority == 0

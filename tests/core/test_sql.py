@@ -74,7 +74,8 @@ def test_every_dialect_defines_the_same_statements(layout: str) -> None:
 def test_the_split_layout_has_every_operation_the_queue_runs() -> None:
     expected = {"split_push", "split_push_many", "split_pop_leased", "split_pop_remove",
                 "split_ack", "split_fail", "split_extend", "split_not_leased", "split_retry",
-                "split_rescue", "split_stats", "split_purge", "split_delete"}  # fmt: skip
+                "split_rescue", "split_stats", "split_purge", "split_delete", "split_notify",
+                "split_set_priority"}  # fmt: skip
     for d in DIALECTS:
         assert set(load(d, "split")) == expected
 
@@ -181,7 +182,7 @@ def _sqlite_values() -> dict[str, Any]:
     return {
         **{f"p{i}": v for i, v in enumerate(values)},
         "now": now, "run_at": now, "lease_until": now, "priority": 0, "n": 5, "count": 1,
-        "strict": 1, "max_attempts": 3, "error": "e", "state": None,
+        "strict": 1, "max_attempts": 3, "error": "e", "state": None, "channel": "dbqueue_q",
         "tokens": '[[1, 1, "2026-01-01 00:00:00.000000", "e"]]', "ids": "[1]",
     }  # fmt: skip
 
@@ -231,7 +232,7 @@ def _pg_values() -> dict[str, Any]:
         **{f"c{i}": [v] for i, v in enumerate(values)},
         "priority": 0, "run_at": None, "delay": second, "n": 5, "lease": second, "count": 1,
         "ids": [1], "attempts": [1], "strict": True, "delays": [second], "errors": ["e"],
-        "max_attempts": 3, "lock_key": 42, "error": "e", "state": None,
+        "max_attempts": 3, "lock_key": 42, "error": "e", "state": None, "channel": "dbqueue_q",
     }  # fmt: skip
 
 

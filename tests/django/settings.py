@@ -1,6 +1,7 @@
 """Django settings for the test suite: PostgreSQL as ``default``, SQLite (a temporary file,
 so a second connection sees the rows) as ``sqlite``."""
 
+import importlib.util
 import os
 import tempfile
 
@@ -61,3 +62,12 @@ TEMPLATES = [
         },
     }
 ]
+
+# Django 6's Tasks framework, on dbqueue (Django 5.2 has no django.tasks).
+if importlib.util.find_spec("django.tasks") is not None:
+    TASKS = {
+        "default": {
+            "BACKEND": "dbqueue_django.tasks.DBQueueBackend",
+            "QUEUES": ["default", "emails"],
+        }
+    }

@@ -151,6 +151,12 @@ SET state = 0, attempts = 0, run_at = statement_timestamp(), lease_until = NULL
 WHERE id = ANY(%(ids)b::bigint[]) AND state = 3
 RETURNING id;
 
+-- split_set_priority --
+-- Any state: a ready item moves in the delivery order, a failed one keeps it for its retry.
+UPDATE {meta} SET priority = %(priority)s
+WHERE id = ANY(%(ids)b::bigint[])
+RETURNING id;
+
 -- split_rescue --
 -- One rescuer at a time per queue: a transaction-scoped advisory lock, tried not awaited.
 -- Small batches (LIMIT) keep each run short; the caller loops.
@@ -208,3 +214,10 @@ WITH m AS (
     WHERE id = ANY(%(ids)b::bigint[])
 )
 SELECT id FROM m;
+
+-- split_notify --
+-- Wakes the workers LISTENing on the queue's channel. Run in the pusher's transaction, so it is
+-- delivered at commit (never for a rolled-back push); the core rate-limits it per process (see
+-- QueueOptions.notify_interval): NOTIFY serialises committing transactions on a database-wide
+-- lock, which must not happen for every message under load.
+SELECT pg_notify(%(channel)s, '');

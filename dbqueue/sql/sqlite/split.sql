@@ -113,6 +113,11 @@ SET state = 0, attempts = 0, run_at = :now, lease_until = NULL
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 3
 RETURNING id;
 
+-- split_set_priority --
+UPDATE {meta} SET priority = :priority
+WHERE id IN (SELECT value FROM json_each(:ids))
+RETURNING id;
+
 -- split_rescue --
 -- SQLite serialises writers, so two rescuers simply run one after the other.
 UPDATE {meta}
@@ -147,3 +152,8 @@ DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
 -- split_delete --
 DELETE FROM {meta} WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id;
 DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- split_notify --
+-- SQLite has no LISTEN/NOTIFY: workers poll. Defined so that every dialect has the same
+-- statements; the core never runs it (Dialect.supports_listen_notify is False).
+SELECT :channel WHERE 0;

@@ -1,0 +1,126 @@
+"""``manage.py runqueueworker``: run the handlers of queue models until stopped."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from django.apps import apps
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from dbqueue.errors import DBQueueError
+from dbqueue_django.handlers import Handler, autodiscover, handlers
+from dbqueue_django.models import QueueModel
+from dbqueue_django.worker import build_worker
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _positive(value: str) -> int:
+    import argparse
+
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+class Command(BaseCommand):
+    help = (
+        "Process queue items with their @handler functions. Name queues as app_label.Model; "
+        "with none named, every queue that has a handler. SIGTERM or Ctrl-C finishes the "
+        "batches in hand and exits; a second one exits at once."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("queues", nargs="*", metavar="app_label.Model")
+        parser.add_argument(
+            "--concurrency", type=_positive, default=1, help="worker threads (default 1)"
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=_positive,
+            default=None,
+            help="items per pop (default: each handler's batch_size, 100 unless set)",
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="exit once no item is due (cron, tests)"
+        )
+        parser.add_argument(
+            "--max-messages", type=_positive, default=None, help="exit after this many items"
+        )
+        parser.add_argument(
+            "--database", default=None, help="database alias (default: the router's choice)"
+        )
+        parser.add_argument(
+            "--log-level",
+            default="INFO",
+            choices=LOG_LEVELS,
+            type=str.upper,
+            help="level of the dbqueue logs on stderr (default INFO)",
+        )
+
+    def handle(self, *labels: str, **options: Any) -> None:
+        self._configure_logging(options["log_level"])
+        autodiscover()
+        selected = self._select(options["queues"])
+        worker = build_worker(
+            selected,
+            database=options["database"],
+            concurrency=options["concurrency"],
+            batch_size=options["batch_size"],
+            burst=options["burst"],
+            max_messages=options["max_messages"],
+        )
+        try:
+            stats = worker.run()
+        except DBQueueError as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(
+            f"{stats.handled} handled, {stats.failed} failed, {stats.batches} batches in "
+            f"{stats.seconds:.1f} s"
+        )
+
+    def _select(self, labels: list[str]) -> list[Handler]:
+        registered = handlers()
+        if not labels:
+            if not registered:
+                raise CommandError(
+                    "no queue has a handler: decorate a function with "
+                    "@dbqueue_django.handler(YourQueueModel) in a handlers.py module of an "
+                    "installed app"
+                )
+            return sorted(registered.values(), key=lambda h: h.model._meta.label)
+        selected = []
+        for label in dict.fromkeys(labels):
+            try:
+                model = apps.get_model(label)
+            except (LookupError, ValueError):
+                raise CommandError(
+                    f"{label!r} is not an installed model (app_label.Model)"
+                ) from None
+            if not issubclass(model, QueueModel):
+                raise CommandError(f"{label!r} is not a queue model (a QueueModel subclass)")
+            found = registered.get(model)
+            if found is None:
+                raise CommandError(
+                    f"{label!r} has no handler: decorate a function with "
+                    f"@dbqueue_django.handler({model.__name__}) in a handlers.py module"
+                )
+            selected.append(found)
+        return selected
+
+    def _configure_logging(self, level: str) -> None:
+        logger = logging.getLogger("dbqueue")
+        logger.setLevel(level)
+        if not any(getattr(h, "_dbqueue_command", False) for h in logger.handlers):
+            stream = logging.StreamHandler(sys.stderr)
+            stream.setFormatter(
+                logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(message)s")
+            )
+            stream._dbqueue_command = True  # type: ignore[attr-defined]
+            logger.addHandler(stream)

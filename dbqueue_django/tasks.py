@@ -1,0 +1,238 @@
+"""A Django Tasks backend (Django 6+) on dbqueue::
+
+    TASKS = {"default": {"BACKEND": "dbqueue_django.tasks.DBQueueBackend"}}
+
+``@task`` functions are enqueued into the :class:`~dbqueue_django.models.TaskItem` queue in
+the caller's transaction (a task enqueued in a view that rolls back never runs), and
+``manage.py runqueueworker`` runs them. Deferred tasks (``run_after``), priorities, async
+tasks, ``takes_context`` and ``get_result`` are supported, and Django's task signals fire.
+A task that raises is failed at once (Django Tasks are not retried automatically); it waits
+in the admin under *dbqueue > Tasks*, where **Retry** runs it again.
+
+Every task queue name of a backend shares the one dbqueue queue: ``QUEUES`` restricts the
+names accepted, and a worker runs tasks of every name.
+"""
+
+from __future__ import annotations
+
+import traceback
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import router, transaction
+from django.tasks import TaskResultStatus
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import Task, TaskContext, TaskError, TaskResult
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils import timezone
+from django.utils.crypto import get_random_string
+from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
+
+from dbqueue.errors import InvalidPayload, PayloadTooLarge
+from dbqueue.message import State
+from dbqueue_django.models import TaskItem, TaskRun
+
+if TYPE_CHECKING:  # generic in django-stubs only
+    AnyTask = Task[..., Any]
+    AnyResult = TaskResult[..., Any]
+
+#: Identifies this process in ``TaskResult.worker_ids``.
+WORKER_ID = get_random_string(32)
+
+
+class DBQueueBackend(BaseTaskBackend):
+    """Tasks in the application's database, run by ``runqueueworker``."""
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def enqueue[**P, R](
+        self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
+    ) -> TaskResult[P, R]:
+        """Push the task in the current transaction; return its READY result."""
+        self.validate_task(task)
+        args = list(normalize_json(list(args)))  # type: ignore[arg-type]
+        kwargs = dict(normalize_json(dict(kwargs)))  # type: ignore[arg-type]
+        try:
+            item_id = TaskItem.queue.push(
+                priority=task.priority,
+                run_at=task.run_after,
+                task_path=task.module_path,
+                backend=self.alias,
+                queue_name=task.queue_name,
+                args=args,
+                kwargs=kwargs,
+                takes_context=task.takes_context,
+            )
+        except (InvalidPayload, PayloadTooLarge) as exc:
+            raise InvalidTask(f"{task.module_path}: {exc}") from exc
+        result: TaskResult[P, R] = TaskResult(
+            task=task,
+            id=str(item_id),
+            status=TaskResultStatus.READY,
+            enqueued_at=timezone.now(),
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        # Like Django's database backends: the signal fires once the task can be seen.
+        transaction.on_commit(
+            lambda: task_enqueued.send(type(self), task_result=result),
+            using=router.db_for_write(TaskItem),
+        )
+        return result
+
+    def get_result(self, result_id: str) -> AnyResult:
+        """The task's state: in the queue (ready, running, failed) or finished."""
+        try:
+            item_id = int(result_id)
+        except (TypeError, ValueError):
+            raise TaskResultDoesNotExist(result_id) from None
+        item = TaskItem.queue.items().filter(pk=item_id).first()
+        run = TaskRun.objects.filter(pk=item_id).first()
+        if item is None and run is None:
+            raise TaskResultDoesNotExist(result_id)
+        return _result(item, run)
+
+    def check(self, **kwargs: Any) -> list[Any]:
+        return []
+
+
+# -- the worker's side ----------------------------------------------------------------------------
+
+
+def run_task(item: TaskItem) -> None:
+    """The handler ``runqueueworker`` runs for each TaskItem: the task, its signals, its run
+    record. An exception fails the item (the worker stores the traceback) and is re-raised."""
+    task = _task(item.task_path, item)
+    now = timezone.now()
+    run, _ = TaskRun.objects.get_or_create(
+        pk=item.pk,
+        defaults={
+            "task_path": item.task_path,
+            "backend": item.backend,
+            "queue_name": item.queue_name,
+            "priority": getattr(item, "priority", 0),
+            "args": item.args,
+            "kwargs": item.kwargs,
+            "status": TaskResultStatus.RUNNING,
+            "enqueued_at": item.enqueued_at,
+            "started_at": now,
+        },
+    )
+    run.status = TaskResultStatus.RUNNING
+    run.last_attempted_at = now
+    run.finished_at = None
+    run.worker_ids = [*run.worker_ids, WORKER_ID]
+    run.save()
+    result = _from_run(task, run)
+    sender = type(task.get_backend())
+    task_started.send(sender, task_result=result)
+    try:
+        if item.takes_context:
+            value = task.call(TaskContext(task_result=result), *item.args, **item.kwargs)
+        else:
+            value = task.call(*item.args, **item.kwargs)
+        value = normalize_json(value)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        error = {
+            "exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "traceback": "".join(traceback.format_exception(exc)),
+        }
+        _finish(run, TaskResultStatus.FAILED, errors=[*run.errors, error])
+        task_finished.send(sender, task_result=_from_run(task, run))
+        raise
+    _finish(run, TaskResultStatus.SUCCESSFUL, return_value=value)
+    task_finished.send(sender, task_result=_from_run(task, run))
+
+
+def _finish(run: TaskRun, status: str, **values: Any) -> None:
+    run.status = status
+    run.finished_at = timezone.now()
+    for name, value in values.items():
+        setattr(run, name, value)
+    run.save()
+
+
+def _task(path: str, item: TaskItem | TaskRun) -> AnyTask:
+    try:
+        task = import_string(path)
+    except ImportError as exc:
+        raise InvalidTask(f"task {path!r} cannot be imported: {exc}") from exc
+    if not isinstance(task, Task):
+        raise InvalidTask(f"{path!r} is not a task (decorate it with @task)")
+    return task.using(
+        priority=getattr(item, "priority", None),
+        queue_name=item.queue_name,
+        backend=item.backend,
+    )
+
+
+def _errors(raw: list[dict[str, str]]) -> list[TaskError]:
+    return [TaskError(**e) for e in raw]
+
+
+def _from_run(task: AnyTask, run: TaskRun) -> AnyResult:
+    result: AnyResult = TaskResult(
+        task=task,
+        id=str(run.pk),
+        status=TaskResultStatus(run.status),
+        enqueued_at=run.enqueued_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        last_attempted_at=run.last_attempted_at,
+        args=run.args,
+        kwargs=run.kwargs,
+        backend=run.backend,
+        errors=_errors(run.errors),
+        worker_ids=list(run.worker_ids),
+    )
+    object.__setattr__(result, "_return_value", run.return_value)
+    return result
+
+
+def _result(item: Any, run: TaskRun | None) -> AnyResult:
+    """The result of a task from its queue item (if still queued) and its run record."""
+    if item is None:
+        assert run is not None
+        return _from_run(_task(run.task_path, run), run)
+    task = _task(item.task_path, item)
+    status = {
+        State.READY: TaskResultStatus.READY,
+        State.LEASED: TaskResultStatus.RUNNING,
+        State.FAILED: TaskResultStatus.FAILED,
+    }.get(State(item.state), TaskResultStatus.READY)
+    errors = _errors(run.errors) if run is not None else []
+    if status == TaskResultStatus.FAILED and not errors and item.last_error:
+        # Failed without running: a lease that expired (the worker died), for one.
+        errors = [TaskError(exception_class_path="builtins.RuntimeError",
+                            traceback=item.last_error)]  # fmt: skip
+    started: datetime | None = run.started_at if run is not None else None
+    result: AnyResult = TaskResult(
+        task=task,
+        id=str(item.pk),
+        status=status,
+        enqueued_at=item.enqueued_at,
+        started_at=started,
+        finished_at=run.finished_at
+        if run is not None and status != TaskResultStatus.READY
+        else None,
+        last_attempted_at=run.last_attempted_at if run is not None else None,
+        args=item.args,
+        kwargs=item.kwargs,
+        backend=item.backend,
+        errors=errors,
+        worker_ids=list(run.worker_ids) if run is not None else [],
+    )
+    return result

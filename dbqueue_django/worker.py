@@ -1,0 +1,99 @@
+"""The core worker over Django: each queue model with a handler becomes a consumer whose
+operations run on the worker thread's own Django connection."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from django.db import connections
+
+from dbqueue.message import RescueResult, State
+from dbqueue.worker import Consumer, Worker
+from dbqueue.worker_queue import worker_channel
+from dbqueue_django.handlers import Handler
+from dbqueue_django.queue import DjangoQueue
+
+#: Connection parameters Django adds for its own cursors, not for a LISTEN connection.
+_DJANGO_ONLY_PARAMS = frozenset({"cursor_factory", "context", "prepare_threshold"})
+
+
+class DjangoWorkerQueue:
+    """Implements :class:`dbqueue.worker.WorkerQueue` for one queue model on one alias."""
+
+    def __init__(self, queue: DjangoQueue[Any]) -> None:
+        self.queue = queue
+        self.alias = queue.alias
+        core = queue.core
+        self._channel = worker_channel(core)
+        self._lease = core.spec.options.lease
+
+    @property
+    def name(self) -> str:
+        return f"{self.queue.model._meta.label}@{self.alias}"
+
+    @property
+    def channel(self) -> str | None:
+        return self._channel
+
+    @property
+    def lease(self) -> dt.timedelta:
+        return self._lease
+
+    @property
+    def database(self) -> str:
+        return self.alias
+
+    def connect_listener(self) -> Any:
+        """A new psycopg connection with the alias's settings (PostgreSQL only)."""
+        wrapper = connections[self.alias]
+        if wrapper.vendor != "postgresql":
+            return None
+        import psycopg
+
+        params = wrapper.get_connection_params()
+        return psycopg.connect(
+            **{k: v for k, v in params.items() if k not in _DJANGO_ONLY_PARAMS},
+            autocommit=True,
+        )
+
+    def pop(self, n: int) -> list[Any]:
+        return self.queue.pop_batch(n)
+
+    def ack(self, items: Sequence[Any]) -> list[int]:
+        return self.queue.ack(items, strict=False)
+
+    def fail(self, items: Sequence[Any], errors: Sequence[str]) -> Mapping[int, State]:
+        return self.queue.fail(items, list(errors), strict=False)
+
+    def extend(self, items: Sequence[Any]) -> list[int]:
+        return self.queue.extend(items)
+
+    def rescue(self) -> RescueResult:
+        return self.queue.rescue()
+
+    def disconnect(self) -> None:
+        connections[self.alias].close()
+
+
+def build_worker(
+    handlers: Iterable[Handler],
+    *,
+    database: str | None = None,
+    concurrency: int = 1,
+    batch_size: int | None = None,
+    burst: bool = False,
+    max_messages: int | None = None,
+) -> Worker:
+    """A worker running ``handlers``, each queue on ``database`` (default: the router's)."""
+    consumers = [
+        Consumer(
+            DjangoWorkerQueue(h.model.queue.using(database) if database else h.model.queue),
+            h.func,
+            batch=h.batch,
+            batch_size=batch_size or h.batch_size,
+        )
+        for h in handlers
+    ]
+    return Worker(consumers, concurrency=concurrency, burst=burst, max_messages=max_messages)

@@ -1,0 +1,119 @@
+"""Take the admin screenshots in docs/images with headless Chromium (Debian's ``chromium``).
+
+    .venv/bin/python scripts/admin_screenshots.py   # or: make screenshots
+
+Sets up the example shop on a throw-away SQLite database (orders, queued confirmations,
+some failed with tracebacks), serves it with ``runserver``, and saves a PNG of each page.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "docs" / "images"
+PORT = 8765
+PAGES = {
+    "admin-overview.png": "/admin/dbqueue_django/queueoverview/",
+    "admin-changelist.png": "/admin/shop/orderconfirmation/",
+    "admin-item.png": None,  # a failed item's page, found once the data exists
+}
+
+
+def setup_data() -> int:
+    """Migrate, create the admin, queue confirmations, fail three for good; a failed id."""
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from shop.models import OrderConfirmation
+
+    call_command("migrate", verbosity=0)
+    get_user_model().objects.create_superuser("admin", "admin@example.com", "unused")
+    queue = OrderConfirmation.queue
+    failing = queue.push_many(
+        [{"order_id": 900 + i, "email": f"bounce{i}@example.com"} for i in range(3)]
+    )
+    error = _smtp_traceback()
+    for _ in range(queue.spec.options.max_attempts):
+        queue.fail(queue.pop_batch(3), error, delay=timedelta(0))
+    queue.push_many(
+        [{"order_id": 1000 + i, "email": f"customer{i}@example.com"} for i in range(40)]
+    )
+    queue.push(order_id=2000, email="later@example.com", delay=timedelta(hours=2))
+    queue.pop_batch(2)  # two leased, as if a worker were busy with them
+    queue.push(order_id=2001, email="vip@example.com", priority=10)
+    return failing[0]
+
+
+def _smtp_traceback() -> str:
+    try:
+        raise ConnectionRefusedError(111, "Connection refused: smtp.example.com:587")
+    except ConnectionRefusedError:
+        return traceback.format_exc()
+
+
+def main() -> int:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        sys.exit("chromium is not installed (Debian: apt-get install chromium)")
+    tmp = Path(tempfile.mkdtemp(prefix="dbqueue-shots-"))
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp / 'shop.sqlite3'}",
+        "DJANGO_SETTINGS_MODULE": "screenshots.settings",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "example_project"), str(ROOT / "scripts")]),
+    }
+    os.environ.update(env)
+    sys.path[:0] = [str(ROOT / "example_project"), str(ROOT / "scripts")]
+    failed_id = setup_data()
+    PAGES["admin-item.png"] = f"/admin/shop/orderconfirmation/{failed_id}/change/"
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "example_project" / "manage.py"), "runserver",
+         f"127.0.0.1:{PORT}", "--noreload", "--insecure"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait(f"http://127.0.0.1:{PORT}/admin/")
+        OUT.mkdir(parents=True, exist_ok=True)
+        for name, path in PAGES.items():
+            target = OUT / name
+            subprocess.run(
+                [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                 "--window-size=1280,760", f"--screenshot={target}",
+                 f"http://127.0.0.1:{PORT}{path}"],
+                check=True, capture_output=True, timeout=120,
+            )  # fmt: skip
+            print(f"{target.relative_to(ROOT)}: {path}")
+    finally:
+        server.terminate()
+        server.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def _wait(url: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

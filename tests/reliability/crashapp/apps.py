@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class CrashAppConfig(AppConfig):
+    name = "tests.reliability.crashapp"
+    label = "crashapp"
