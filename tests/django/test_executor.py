@@ -45,7 +45,7 @@ def test_dbqueue_statements_are_prepared_and_django_queries_are_not() -> None:
     # dbqueue's push and its NOTIFY; none of the ORM's SELECTs.
     assert len(statements) == 2
     assert statements[0].startswith("SELECT pg_notify(")
-    assert statements[1].startswith("WITH d AS (\n    INSERT INTO \"testapp_job\"")
+    assert statements[1].startswith('WITH d AS (\n    INSERT INTO "testapp_job"')
 
 
 @pytest.mark.usefixtures("fresh_connection")
