@@ -13,11 +13,13 @@ is already registered is left alone.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
+from django.contrib.admin.utils import display_for_value
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import F, QuerySet
@@ -36,6 +38,32 @@ from dbqueue_django.spec import payload_fields
 LIST_PAYLOAD_FIELDS = 4
 #: Characters of the last error shown in the list.
 ERROR_PREVIEW = 80
+
+
+def format_age(age: dt.timedelta | None) -> str:
+    """``4.8 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``; "-" for no age."""
+    if age is None:
+        return "-"
+    seconds = age.total_seconds()
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, sec = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min {sec} s"
+
+
+def _when(value: dt.datetime | None) -> str:
+    """A time as the admin shows model fields: localised, in the current time zone."""
+    return str(display_for_value(value, "-"))
+
+
+def _with_age(stats: dict[str, Any]) -> dict[str, Any]:
+    return {**stats, "oldest_ready": format_age(stats["oldest_ready_age"])}
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -122,17 +150,17 @@ class QueueModelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return obj.q_priority  # type: ignore[no-any-return]
 
     @admin.display(description="run at", ordering="queue_meta__run_at")
-    def run_at(self, obj: Any) -> Any:
-        return obj.q_run_at
+    def run_at(self, obj: Any) -> str:
+        return _when(obj.q_run_at)
 
     @admin.display(description="failed at", ordering="queue_meta__run_at")
-    def failed_at(self, obj: Any) -> Any:
+    def failed_at(self, obj: Any) -> str:
         # For a failed item run_at records when it failed (see split_fail).
-        return obj.q_run_at if obj.q_state == State.FAILED else None
+        return _when(obj.q_run_at if obj.q_state == State.FAILED else None)
 
     @admin.display(description="lease until")
-    def lease_until(self, obj: Any) -> Any:
-        return obj.q_lease_until
+    def lease_until(self, obj: Any) -> str:
+        return _when(obj.q_lease_until)
 
     @admin.display(description="last error")
     def error(self, obj: Any) -> str:
@@ -149,7 +177,7 @@ class QueueModelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        stats = self.model.queue.using(self._alias(request)).stats()
+        stats = _with_age(self.model.queue.using(self._alias(request)).stats())
         context = {**(extra_context or {}), "queue_stats": stats}
         return super().changelist_view(request, extra_context=context)
 
@@ -250,7 +278,7 @@ class QueueOverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 {
                     "label": f"{opts.app_config.verbose_name} / {opts.verbose_name_plural}",
                     "url": self._changelist_url(model),
-                    "stats": model.queue.stats(),
+                    "stats": _with_age(model.queue.stats()),
                 }
             )
         context = {

@@ -25,8 +25,10 @@ PORT = 8765
 PAGES = {
     "admin-overview.png": "/admin/dbqueue_django/queueoverview/",
     "admin-changelist.png": "/admin/shop/orderconfirmation/",
-    "admin-item.png": None,  # a failed item's page, found once the data exists
+    "admin-item.png": "",  # a failed item's page, found once the data exists
 }
+#: Window height per page (the item page is tall: its traceback is at the bottom).
+HEIGHTS = {"admin-item.png": 1100}
 
 
 def setup_data() -> int:
@@ -91,7 +93,7 @@ def main() -> int:
             target = OUT / name
             subprocess.run(
                 [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                 "--window-size=1280,760", f"--screenshot={target}",
+                 f"--window-size=1600,{HEIGHTS.get(name, 820)}", f"--screenshot={target}",
                  f"http://127.0.0.1:{PORT}{path}"],
                 check=True, capture_output=True, timeout=120,
             )  # fmt: skip

@@ -12,7 +12,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from dbqueue.message import State
-from dbqueue_django.admin import QueueModelAdmin, register_queue_models
+from dbqueue_django.admin import QueueModelAdmin, format_age, register_queue_models
 from dbqueue_django.models import QueueOverview
 from tests.django.testapp.models import Job, Ping
 
@@ -232,3 +232,12 @@ def test_a_queue_registered_by_the_project_is_left_alone() -> None:
     register_queue_models(site)
     assert type(site.get_model_admin(Ping)) is MyPingAdmin
     assert isinstance(site.get_model_admin(Job), QueueModelAdmin)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "-"), (4.84, "4.8 s"), (192, "3 min 12 s"), (7500, "2 h 5 min"), (273600, "3 d 4 h")],
+)
+def test_ages_read_like_durations(seconds: float | None, text: str) -> None:
+    age = None if seconds is None else dt.timedelta(seconds=seconds)
+    assert format_age(age) == text
