@@ -71,7 +71,7 @@ $(STAMP52): pyproject.toml | venv
 	@touch $@
 
 test-django52: $(STAMP52) ## Run the Django and conformance tests on Django 5.2 LTS
-	$(VENV52)/bin/python scripts/run_tests.py tests/django tests/conformance tests/example $(PYTEST_ARGS)
+	$(VENV52)/bin/python scripts/run_tests.py tests/django tests/conformance tests/example tests/reliability $(PYTEST_ARGS)
 
 lint: venv ## Check the code with ruff (lint and formatting)
 	$(VENV)/bin/ruff check .
