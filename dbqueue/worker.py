@@ -68,6 +68,10 @@ class WorkerQueue(Protocol):
     def ack(self, items: Sequence[Any]) -> Sequence[int]:
         """Remove items still leased under their token; return the ids removed."""
 
+    def ack_pop(self, items: Sequence[Any], n: int) -> tuple[int, Sequence[Any]]:
+        """Ack ``items`` (as :meth:`ack`) and lease up to ``n`` more, in one transaction;
+        return how many were acked and the new items."""
+
     def fail(self, items: Sequence[Any], errors: Sequence[str]) -> Mapping[int, State]:
         """Record failed attempts of items still leased; return their new states."""
 
@@ -106,6 +110,14 @@ class WorkerStats:
     lost_leases: int = 0
     database_errors: int = 0
     seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """Items a thread handled successfully, not acked yet (see Worker._work)."""
+
+    queue: WorkerQueue
+    items: list[Any]
 
 
 @dataclass(slots=True)
@@ -272,6 +284,10 @@ class Worker:
             + self.consumers[: index % len(self.consumers)]
         )
         empty_rounds, last_work, retry = 0, time.monotonic(), _Retry()
+        # Items handled successfully are acked by the thread's next pop of the same queue, in
+        # the same statement (ack_pop): one commit per batch instead of two. They are acked
+        # on their own before a pop of another queue, and when the thread stops.
+        pending: _Pending | None = None
         try:
             while not self._stopping.is_set():
                 seen = self.doorbell.rings
@@ -279,15 +295,24 @@ class Worker:
                 for consumer in order:
                     if self._stopping.is_set():
                         break
+                    queue = consumer.queue
+                    if pending is not None and pending.queue is not queue:
+                        self._flush(pending, retry)
+                        pending = None
                     n = self._claim(consumer.batch_size)
                     if n == 0:  # max_messages reached
                         self.stop()
                         break
                     try:
-                        items = consumer.queue.pop(n)
+                        if pending is not None:
+                            acked, items = queue.ack_pop(pending.items, n)
+                            self._count_lost(queue, len(pending.items) - acked)
+                            pending = None
+                        else:
+                            items = queue.pop(n)
                     except Exception as exc:
                         self._unclaim(n)
-                        self._database_error(consumer.queue, exc, retry)
+                        self._database_error(queue, exc, retry)
                         errored = True
                         continue
                     retry.reset()
@@ -295,9 +320,11 @@ class Worker:
                     if items:
                         worked = True
                         try:
-                            self._process(consumer, items, retry)
+                            ok = self._process(consumer, items, retry)
                         except DBQueueError as exc:
-                            self._fail_fatally(consumer.queue, exc)
+                            self._fail_fatally(queue, exc)
+                            continue
+                        pending = _Pending(queue, ok) if ok else None
                 if worked:
                     empty_rounds, last_work = 0, time.monotonic()
                     continue
@@ -307,8 +334,18 @@ class Worker:
                 idle_for = time.monotonic() - last_work
                 self.doorbell.wait(seen, self.poll.wait(empty_rounds, idle_for, self.listening))
         finally:
-            for consumer in order:
-                quietly(consumer.queue.disconnect)
+            try:
+                if pending is not None:
+                    self._flush(pending, retry)
+            except DBQueueError as exc:
+                self._fail_fatally(order[0].queue, exc)
+            finally:
+                for consumer in order:
+                    quietly(consumer.queue.disconnect)
+
+    def _flush(self, pending: _Pending, retry: _Retry) -> None:
+        """Ack handled items on their own (retrying through database errors)."""
+        self._settle(pending.queue, pending.items, [], [], retry)
 
     def _fail_fatally(self, queue: WorkerQueue, exc: DBQueueError) -> None:
         log.error("queue %s: %s", queue.name, exc)
@@ -332,7 +369,8 @@ class Worker:
         quietly(queue.disconnect)
         (self._done if settling else self._stopping).wait(delay)
 
-    def _process(self, consumer: Consumer, items: Sequence[Any], retry: _Retry) -> None:
+    def _process(self, consumer: Consumer, items: Sequence[Any], retry: _Retry) -> list[Any]:
+        """Run the handler; fail what raised; return what succeeded (acked by the caller)."""
         start = time.monotonic()
         key = id(items)
         with self._lock:
@@ -358,7 +396,8 @@ class Worker:
                         failed.append(item)
                         errors.append(traceback.format_exc())
             handled = time.monotonic()
-            lost = self._settle(consumer.queue, ok, failed, errors, retry)
+            if failed:
+                self._settle(consumer.queue, [], failed, errors, retry)
         finally:
             with self._lock:
                 del self._inflight[key]
@@ -366,9 +405,8 @@ class Worker:
             self.stats.handled += len(ok)
             self.stats.failed += len(failed)
             self.stats.batches += 1
-            self.stats.lost_leases += lost
         log.info(
-            "queue %s: %d item(s), %d ok, %d failed; handler %.1f ms, settle %.1f ms",
+            "queue %s: %d item(s), %d ok, %d failed; handler %.1f ms, fail %.1f ms",
             consumer.queue.name,
             len(items),
             len(ok),
@@ -376,6 +414,7 @@ class Worker:
             (handled - start) * 1000,
             (time.monotonic() - handled) * 1000,
         )
+        return ok
 
     def _settle(
         self,
@@ -384,8 +423,8 @@ class Worker:
         failed: list[Any],
         errors: list[str],
         retry: _Retry,
-    ) -> int:
-        """Ack and fail, retrying through database errors; return leases found lost."""
+    ) -> None:
+        """Ack and fail, retrying through database errors; count the leases found lost."""
         acked: Sequence[int] | None = None
         states: Mapping[int, State] | None = None
         while True:
@@ -400,15 +439,19 @@ class Worker:
             except Exception as exc:
                 self._database_error(queue, exc, retry, settling=True)
         retry.reset()
-        lost = len(ok) - len(acked) + len(failed) - len(states)
-        if lost:
-            log.warning(
-                "queue %s: %d lease(s) had expired before the batch was settled; those items "
-                "were or will be delivered again (raise the queue's lease?)",
-                queue.name,
-                lost,
-            )
-        return lost
+        self._count_lost(queue, len(ok) - len(acked) + len(failed) - len(states))
+
+    def _count_lost(self, queue: WorkerQueue, lost: int) -> None:
+        if not lost:
+            return
+        with self._lock:
+            self.stats.lost_leases += lost
+        log.warning(
+            "queue %s: %d lease(s) had expired before the batch was settled; those items "
+            "were or will be delivered again (raise the queue's lease?)",
+            queue.name,
+            lost,
+        )
 
     # -- heartbeat and rescue -------------------------------------------------------------------
 

@@ -71,6 +71,9 @@ class ExecutorQueue:
     def ack(self, items: Sequence[Any]) -> list[int]:
         return self.queue.ack(self._ex(), items, strict=False)
 
+    def ack_pop(self, items: Sequence[Any], n: int) -> tuple[int, list[Message]]:
+        return self.queue.ack_pop(self._ex(), items, n)
+
     def fail(self, items: Sequence[Any], errors: Sequence[str]) -> Mapping[int, State]:
         return self.queue.fail(self._ex(), items, list(errors), strict=False)
 

@@ -156,6 +156,15 @@ class DjangoQueue[M: "QueueModel"]:
         core, ex = self._bind()
         return core.ack(ex, items, strict=strict)
 
+    def ack_pop(
+        self, items: TokenLike, n: int, *, lease: dt.timedelta | None = None
+    ) -> tuple[int, list[M]]:
+        """Ack ``items`` (those still leased, as ``strict=False``) and lease up to ``n`` more
+        in one transaction; return the number acked and the new items (what a worker does)."""
+        core, ex = self._bind()
+        acked, messages = core.ack_pop(ex, items, n, lease=lease)
+        return acked, self._instances(messages, ex.alias)
+
     def fail(
         self,
         items: TokenLike,

@@ -64,6 +64,9 @@ class DjangoWorkerQueue:
     def ack(self, items: Sequence[Any]) -> list[int]:
         return self.queue.ack(items, strict=False)
 
+    def ack_pop(self, items: Sequence[Any], n: int) -> tuple[int, list[Any]]:
+        return self.queue.ack_pop(items, n)
+
     def fail(self, items: Sequence[Any], errors: Sequence[str]) -> Mapping[int, State]:
         return self.queue.fail(items, list(errors), strict=False)
 

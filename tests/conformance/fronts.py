@@ -120,6 +120,10 @@ class CoreFront(Front):
             for m in self.queue.pop_batch(self.ex, n, **kw)
         ]
 
+    def ack_pop(self, items: Any, n: int, **kw: Any) -> tuple[int, list[Item]]:
+        acked, messages = self.queue.ack_pop(self.ex, _raw_items(items), n, **kw)
+        return acked, [Item(m.id, m.attempts, m.priority, m.payload, m) for m in messages]
+
     def __getattr__(self, name: str) -> Any:
         # ack, fail, extend, retry, rescue, purge, delete: same signature, executor first.
         method = getattr(self.queue, name)
@@ -169,6 +173,13 @@ class DjangoFront(Front):
         return [
             Item(o.id, o.attempts, o.priority, {k: getattr(o, k) for k in PAYLOAD}, o)
             for o in self.queue.pop_batch(n, **kw)
+        ]
+
+    def ack_pop(self, items: Any, n: int, **kw: Any) -> tuple[int, list[Item]]:
+        acked, objs = self.queue.ack_pop(_raw_items(items), n, **kw)
+        return acked, [
+            Item(o.id, o.attempts, o.priority, {k: getattr(o, k) for k in PAYLOAD}, o)
+            for o in objs
         ]
 
     def __getattr__(self, name: str) -> Any:

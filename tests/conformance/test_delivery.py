@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dbqueue.errors import NotLeased, TransactionStateError
+from dbqueue.errors import InvalidArgument, NotLeased, TransactionStateError
 from tests.conformance.fronts import Front
 
 READY, LEASED, DONE, FAILED = 0, 1, 2, 3
@@ -177,3 +177,50 @@ def test_a_tuple_of_items_is_a_sequence_not_a_token(front: Front) -> None:
     assert sorted(front.ack((a, b))) == sorted([a.id, b.id])
     assert front.ack([(c.id, c.attempts)]) == [c.id]  # a token, inside a list
     assert front.counts() == (0, 0)
+
+
+# -- ack_pop: a worker's ack of one batch and pop of the next, in one transaction -------------
+
+
+def test_ack_pop_acks_the_batch_and_leases_the_next(front: Front) -> None:
+    ids = front.push_many([{"name": str(i)} for i in range(5)])
+    first = front.pop_batch(2)
+    acked, second = front.ack_pop(first, 2)
+    assert acked == 2
+    assert [i.id for i in second] == ids[2:4]
+    assert all(i.attempts == 1 for i in second)
+    assert front.counts() == (3, 3)
+    assert list(front.states().values()).count(1) == 2  # the second batch is leased
+
+
+def test_ack_pop_with_nothing_to_ack_is_a_pop(front: Front) -> None:
+    ids = front.push_many([{"name": "a"}, {"name": "b"}])
+    acked, items = front.ack_pop([], 5)
+    assert (acked, [i.id for i in items]) == (0, ids)
+
+
+def test_ack_pop_with_nothing_left_still_acks(front: Front) -> None:
+    front.push_many([{"name": "a"}])
+    acked, items = front.ack_pop(front.pop_batch(1), 10)
+    assert (acked, items) == (1, [])
+    assert front.counts() == (0, 0)
+
+
+def test_ack_pop_skips_items_whose_lease_was_lost(front: Front) -> None:
+    a, b = front.push_many([{"name": "a"}, {"name": "b"}])
+    held = front.pop_batch(2)
+    front.expire_leases()
+    front.rescue()  # both back to ready, attempts 1: the tokens in `held` are stale for a...
+    (again,) = front.pop_batch(1)  # ...and a is leased again, under attempts 2
+    acked, items = front.ack_pop(held, 5)
+    assert acked == 0  # neither stale token matched
+    assert [i.id for i in items] == [b]
+    assert front.ack([again]) == [a]  # the current holder still owns it
+
+
+def test_ack_pop_refuses_a_bad_count_and_acks_nothing(front: Front) -> None:
+    front.push_many([{"name": "a"}])
+    held = front.pop_batch(1)
+    with pytest.raises(InvalidArgument, match="positive int"):
+        front.ack_pop(held, 0)
+    assert front.ack(held) == [held[0].id]

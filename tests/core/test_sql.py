@@ -65,7 +65,8 @@ def all_parts(spec: QueueSpec, dialect: Any, layout: str = "split") -> Iterator[
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_every_dialect_defines_the_same_statements(layout: str) -> None:
     names = {d: set(load(d, layout)) for d in DIALECTS}
-    assert names["postgresql"] == names["sqlite"]
+    # Except what needs writable CTEs, which the core composes from other statements.
+    assert names["postgresql"] - {f"{layout}_ack_pop"} == names["sqlite"]
     assert len(names["postgresql"]) >= 12
     for name in names["postgresql"]:
         assert name.startswith(f"{layout}_")
@@ -76,8 +77,10 @@ def test_the_split_layout_has_every_operation_the_queue_runs() -> None:
                 "split_ack", "split_fail", "split_extend", "split_not_leased", "split_retry",
                 "split_rescue", "split_stats", "split_purge", "split_delete", "split_notify",
                 "split_set_priority"}  # fmt: skip
-    for d in DIALECTS:
-        assert set(load(d, "split")) == expected
+    # split_ack_pop needs writable CTEs (PostgreSQL); elsewhere the core runs ack + pop in one
+    # transaction instead.
+    assert set(load("postgresql", "split")) == expected | {"split_ack_pop"}
+    assert set(load("sqlite", "split")) == expected
 
 
 @pytest.mark.parametrize("dialect", list(DIALECTS.values()), ids=list(DIALECTS))

@@ -103,6 +103,35 @@ WITH tok AS (
 )
 SELECT id FROM m;
 
+-- split_ack_pop --
+-- A worker's loop in one statement, one commit: ack the batch just handled (what is still
+-- leased under its token) and lease the next. The ack's rows are leased (state 1), the pick
+-- reads ready rows (state 0): the two never touch the same row. The first row carries the
+-- number acked; with nothing to pop it is the only row, its other columns NULL.
+WITH tok AS (
+    SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
+), {_held_tokens}, acked AS (
+    DELETE FROM {meta} AS m USING allowed
+    WHERE m.id = allowed.id
+    RETURNING m.id
+), acked_d AS (
+    DELETE FROM {data} AS d USING acked
+    WHERE d.id = acked.id
+), {_picked}, m AS (
+    UPDATE {meta} AS m
+    SET state = 1, attempts = m.attempts + 1,
+        lease_until = statement_timestamp() + %(lease)s::interval
+    FROM picked
+    WHERE m.id = picked.id
+    RETURNING m.id, m.attempts, m.priority, m.run_at, m.lease_until
+), popped AS (
+    SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at, d.last_error{d_payload}
+    FROM m JOIN {data} AS d ON d.id = m.id
+)
+SELECT (SELECT count(*) FROM acked), popped.*
+FROM (SELECT 1) AS one LEFT JOIN popped ON true
+ORDER BY popped.priority DESC, popped.run_at, popped.id;
+
 -- split_fail --
 -- Back to ready after the back-off delay computed by the caller, or failed (state 3) once
 -- attempts reached max_attempts; the error text goes to the data table. For a failed row,
