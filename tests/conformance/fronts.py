@@ -178,8 +178,7 @@ class DjangoFront(Front):
     def ack_pop(self, items: Any, n: int, **kw: Any) -> tuple[int, list[Item]]:
         acked, objs = self.queue.ack_pop(_raw_items(items), n, **kw)
         return acked, [
-            Item(o.id, o.attempts, o.priority, {k: getattr(o, k) for k in PAYLOAD}, o)
-            for o in objs
+            Item(o.id, o.attempts, o.priority, {k: getattr(o, k) for k in PAYLOAD}, o) for o in objs
         ]
 
     def __getattr__(self, name: str) -> Any:
