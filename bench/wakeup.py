@@ -105,18 +105,21 @@ def _pickups(env: BenchEnv, dsn: str, label: str, interval: dt.timedelta | None)
     )
     poll = PollPolicy(linger=0.2)  # idle soon: the pickups measure the idle path
     worker = Worker([Consumer(binding, handle)], poll=poll)
-    thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False})
-    thread.start()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        ex = PsycopgExecutor(conn)
+        # Emptied before the worker starts: TRUNCATE against its pops would deadlock.
         conn.execute(f"TRUNCATE {TABLE}, {TABLE}_meta")  # type: ignore[arg-type]
-        time.sleep(1.0)
-        for _ in range(env.size(50, 10)):
-            time.sleep(0.5)  # past the linger: the worker is idle again
-            queue.push(ex, {"payload": repr(time.perf_counter())})
-            arrived.acquire(timeout=30)
-    worker.stop()
-    thread.join()
+        thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False})
+        thread.start()
+        try:
+            ex = PsycopgExecutor(conn)
+            time.sleep(1.0)
+            for _ in range(env.size(50, 10)):
+                time.sleep(0.5)  # past the linger: the worker is idle again
+                queue.push(ex, {"payload": repr(time.perf_counter())})
+                arrived.acquire(timeout=30)
+        finally:
+            worker.stop()
+            thread.join()
     ms = sorted(x * 1000 for x in latencies)
     p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
     extra = {"messages": len(ms), "p99_ms": round(p99, 1), "max_ms": round(ms[-1], 1)}
