@@ -15,13 +15,10 @@ from django.test.utils import isolate_apps
 
 from dbqueue.spec import index_name
 from dbqueue_django.models import QueueModel
+from tests.django.aliases import ALIASES
 from tests.django.testapp.models import Job, Ping
 
 DJANGO_DB = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
-ALIASES = [
-    pytest.param("default", id="pg", marks=pytest.mark.postgresql),
-    pytest.param("sqlite", id="sqlite", marks=pytest.mark.sqlite),
-]
 pytestmark = pytest.mark.django
 
 DATA_COLUMNS = {

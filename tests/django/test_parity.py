@@ -18,14 +18,11 @@ from dbqueue.schema import create_statements
 from dbqueue.spec import QueueOptions, QueueSpec
 from dbqueue_django.executor import dialect_for
 from tests.conformance.spec import JOB_FIELDS, JOB_OPTIONS
+from tests.django.aliases import ALIASES
 from tests.django.testapp.models import Job, Ping
 
 pytestmark = pytest.mark.django
 DJANGO_DB = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
-ALIASES = [
-    pytest.param("default", id="pg", marks=pytest.mark.postgresql),
-    pytest.param("sqlite", id="sqlite", marks=pytest.mark.sqlite),
-]
 DJANGO_TABLE, CORE_TABLE = "testapp_job", "parity_job"
 
 

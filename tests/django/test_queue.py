@@ -26,17 +26,8 @@ pytestmark = [
     pytest.mark.django,
     pytest.mark.django_db(transaction=True, databases=["default", "sqlite"]),
 ]
-ALIASES = [
-    pytest.param("default", id="pg", marks=pytest.mark.postgresql),
-    pytest.param("sqlite", id="sqlite", marks=pytest.mark.sqlite),
-]
 ZERO = dt.timedelta(0)
 STATS_KEYS = {"ready", "scheduled", "leased", "expired", "done", "failed", "oldest_ready_age"}
-
-
-@pytest.fixture(params=ALIASES)
-def alias(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture

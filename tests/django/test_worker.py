@@ -18,15 +18,6 @@ pytestmark = [
     pytest.mark.django,
     pytest.mark.django_db(transaction=True, databases=["default", "sqlite"]),
 ]
-ALIASES = [
-    pytest.param("default", id="pg", marks=pytest.mark.postgresql),
-    pytest.param("sqlite", id="sqlite", marks=pytest.mark.sqlite),
-]
-
-
-@pytest.fixture(params=ALIASES)
-def alias(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture

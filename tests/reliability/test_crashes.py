@@ -91,6 +91,11 @@ class Site:
                 raise AssertionError(f"timed out waiting until {what}; logs: {self.logs()}")
             time.sleep(0.05)
 
+    def wait_until_leased(self, count: int) -> None:
+        """Wait until a worker holds ``count`` items (a batch in hand)."""
+        query = "SELECT count(*) FROM crashapp_crashjob_meta WHERE state = 1"
+        self.wait_for(lambda: self.count(query) == count, f"a worker holds {count} items")
+
     def stop_all(self) -> list[int]:
         """SIGTERM every live worker; their exit codes."""
         for proc in self.procs:
@@ -161,10 +166,7 @@ def test_kill_9_mid_batch_loses_nothing(site: Site) -> None:
 def test_sigterm_finishes_and_acks_the_batch_in_hand(site: Site) -> None:
     site.push(50)
     worker = site.start("--batch-size=10", sleep=1.0)
-    site.wait_for(
-        lambda: site.count("SELECT count(*) FROM crashapp_crashjob_meta WHERE state = 1") == 10,
-        "the worker holds a batch",
-    )
+    site.wait_until_leased(10)
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0
     assert site.handled() == (10, 10)  # the batch in hand was finished...
@@ -177,10 +179,7 @@ def test_sigterm_finishes_and_acks_the_batch_in_hand(site: Site) -> None:
 def test_a_second_signal_exits_at_once(site: Site) -> None:
     site.push(10)
     worker = site.start("--batch-size=10", sleep=60.0)
-    site.wait_for(
-        lambda: site.count("SELECT count(*) FROM crashapp_crashjob_meta WHERE state = 1") == 10,
-        "the worker holds a batch",
-    )
+    site.wait_until_leased(10)
     worker.send_signal(signal.SIGTERM)
     time.sleep(0.5)
     worker.send_signal(signal.SIGTERM)

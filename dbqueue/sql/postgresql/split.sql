@@ -46,8 +46,9 @@ picked AS (
     FOR UPDATE SKIP LOCKED
 )
 
--- split_pop_leased --
-WITH {_picked}, m AS (
+-- _leased --
+-- A fragment of both leasing pops: the picked rows leased, one more attempt counted.
+m AS (
     UPDATE {meta} AS m
     SET state = 1, attempts = m.attempts + 1,
         lease_until = statement_timestamp() + %(lease)s::interval
@@ -55,6 +56,9 @@ WITH {_picked}, m AS (
     WHERE m.id = picked.id
     RETURNING m.id, m.attempts, m.priority, m.run_at, m.lease_until
 )
+
+-- split_pop_leased --
+WITH {_picked}, {_leased}
 SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at, d.last_error{d_payload}
 FROM m JOIN {data} AS d ON d.id = m.id
 ORDER BY m.priority DESC, m.run_at, m.id;
@@ -90,25 +94,9 @@ mine AS (
     WHERE NOT %(strict)s OR (SELECT count(*) FROM mine) = %(count)s
 )
 
--- split_ack --
-WITH tok AS (
-    SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
-), {_held_tokens}, m AS (
-    DELETE FROM {meta} AS m USING allowed
-    WHERE m.id = allowed.id
-    RETURNING m.id
-), d AS (
-    DELETE FROM {data} AS d USING m
-    WHERE d.id = m.id
-)
-SELECT id FROM m;
-
--- split_ack_pop --
--- A worker's loop in one statement, one commit: ack the batch just handled (what is still
--- leased under its token) and lease the next. The ack's rows are leased (state 1), the pick
--- reads ready rows (state 0): the two never touch the same row. The first row carries the
--- number acked; with nothing to pop it is the only row, its other columns NULL.
-WITH tok AS (
+-- _acked --
+-- A fragment of ack and ack_pop: the rows of the tokens still held, deleted from both tables.
+tok AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
 ), {_held_tokens}, acked AS (
     DELETE FROM {meta} AS m USING allowed
@@ -117,14 +105,18 @@ WITH tok AS (
 ), acked_d AS (
     DELETE FROM {data} AS d USING acked
     WHERE d.id = acked.id
-), {_picked}, m AS (
-    UPDATE {meta} AS m
-    SET state = 1, attempts = m.attempts + 1,
-        lease_until = statement_timestamp() + %(lease)s::interval
-    FROM picked
-    WHERE m.id = picked.id
-    RETURNING m.id, m.attempts, m.priority, m.run_at, m.lease_until
-), popped AS (
+)
+
+-- split_ack --
+WITH {_acked}
+SELECT id FROM acked;
+
+-- split_ack_pop --
+-- A worker's loop in one statement, one commit: ack the batch just handled (what is still
+-- leased under its token) and lease the next. The ack's rows are leased (state 1), the pick
+-- reads ready rows (state 0): the two never touch the same row. The first row carries the
+-- number acked; with nothing to pop it is the only row, its other columns NULL.
+WITH {_acked}, {_picked}, {_leased}, popped AS (
     SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at, d.last_error{d_payload}
     FROM m JOIN {data} AS d ON d.id = m.id
 )
