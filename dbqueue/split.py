@@ -337,8 +337,8 @@ class SplitQueue:
         tokens = to_tokens(items)
         if not tokens:
             return 0, self.pop_batch(ex, n, lease=lease)
-        if "split_ack_pop" not in self.statements:
-            # No writable CTEs: the ack and the pop, in one transaction all the same.
+        if not self.dialect.supports_writable_cte:
+            # No split_ack_pop statement here: the ack and the pop, in one transaction.
             with ex.atomic():
                 acked = self.ack(ex, tokens, strict=False)
                 return len(acked), self.pop_batch(ex, n, lease=lease)

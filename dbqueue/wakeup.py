@@ -97,10 +97,6 @@ class Listener:
         self._stop.set()
         self._thread.join(timeout)
 
-    def wait_listening(self, timeout: float) -> bool:
-        """Block until the first LISTEN is in place (tests, and workers that start at once)."""
-        return self._connected.wait(timeout)
-
     def _run(self) -> None:
         delay = 0.1
         while not self._stop.is_set():

@@ -197,10 +197,6 @@ class Worker:
         self._stopping.set()
         self.doorbell.ring()
 
-    @property
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
-
     def run(self, *, handle_signals: bool = True) -> WorkerStats:
         """Run until stopped; return the tallies. Raises a fatal :class:`DBQueueError`."""
         start = time.monotonic()

@@ -177,7 +177,7 @@ class QueueModelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        stats = _with_age(self.model.queue.using(self._alias(request)).stats())
+        stats = _with_age(self._queue.stats())
         context = {**(extra_context or {}), "queue_stats": stats}
         return super().changelist_view(request, extra_context=context)
 
@@ -198,8 +198,10 @@ class QueueModelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     # -- actions ------------------------------------------------------------------------------
 
-    def _alias(self, request: HttpRequest) -> str:
-        return self.model.queue.alias  # type: ignore[no-any-return]
+    @property
+    def _queue(self) -> Any:
+        """The model's queue, on the database the router picks for it."""
+        return self.model.queue
 
     def _ids(self, queryset: QuerySet[Any]) -> list[int]:
         return list(queryset.values_list("pk", flat=True))
@@ -207,7 +209,7 @@ class QueueModelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(description="Retry selected failed items", permissions=["change"])
     def retry_items(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         ids = self._ids(queryset)
-        done = self.model.queue.using(self._alias(request)).retry(ids)
+        done = self._queue.retry(ids)
         skipped = len(ids) - done
         note = f" ({skipped} not failed, left as they were)" if skipped else ""
         self.message_user(request, f"{done} item(s) back to ready{note}.", messages.SUCCESS)
@@ -221,19 +223,17 @@ class QueueModelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             self.message_user(request, "Enter the new priority (an integer).", messages.ERROR)
             return
         try:
-            done = self.model.queue.using(self._alias(request)).set_priority(
-                self._ids(queryset), priority
-            )
+            done = self._queue.set_priority(self._ids(queryset), priority)
         except InvalidArgument as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return
         self.message_user(request, f"{done} item(s) now have priority {priority}.")
 
     def delete_model(self, request: HttpRequest, obj: models.Model) -> None:
-        self.model.queue.using(self._alias(request)).delete([obj.pk])
+        self._queue.delete([obj.pk])
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self.model.queue.using(self._alias(request)).delete(self._ids(queryset))
+        self._queue.delete(self._ids(queryset))
 
 
 class QueueOverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

@@ -73,6 +73,7 @@ def _driver(dialect: Dialect, connection: BaseDatabaseWrapper) -> Executor:
     raw = connection.connection
     cached = _DRIVERS.get(connection)
     if cached is None or cached[0] is not raw:
+        _allow_prepare(connection)  # once per raw connection, not per statement
         cached = _DRIVERS[connection] = (raw, executor_for(dialect, raw))
     return cached[1]
 
@@ -95,7 +96,6 @@ class DjangoExecutor:
         # refuse to run instead of working on a transaction that is going to be undone.
         conn.validate_no_broken_transaction()
         conn.ensure_connection()
-        _allow_prepare(conn)
         # The core's own executor runs the statement on Django's raw DB-API connection, so the
         # SQL joins whatever transaction Django has open.
         driver = _driver(self._dialect, conn)

@@ -103,9 +103,6 @@ class DBQueueBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id)
         return _result(item, run)
 
-    def check(self, **kwargs: Any) -> list[Any]:
-        return []
-
 
 # -- the worker's side ----------------------------------------------------------------------------
 
