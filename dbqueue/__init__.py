@@ -17,12 +17,15 @@ from dbqueue.errors import (
     InvalidSpec,
     NotLeased,
     PayloadTooLarge,
+    QueueFull,
     QueueTableMissing,
+    RingCapacityMismatch,
     TransactionStateError,
     UnsupportedDatabase,
 )
 from dbqueue.executor import Executor
 from dbqueue.message import DeliveryMode, Message, QueueStats, RescueResult, State
+from dbqueue.ring import RingQueue
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
 from dbqueue.split import SplitQueue
 
@@ -42,11 +45,14 @@ __all__ = [
     "Message",
     "NotLeased",
     "PayloadTooLarge",
+    "QueueFull",
     "QueueOptions",
     "QueueSpec",
     "QueueStats",
     "QueueTableMissing",
     "RescueResult",
+    "RingCapacityMismatch",
+    "RingQueue",
     "SplitQueue",
     "State",
     "TransactionStateError",

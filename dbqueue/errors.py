@@ -53,3 +53,31 @@ class QueueTableMissing(DBQueueError):
 
 class UnsupportedDatabase(DBQueueError):
     """The database engine or its version cannot run dbqueue."""
+
+
+class QueueFull(DBQueueError):
+    """A ring queue had no free slot for ``push_timeout``: its consumers are behind or stopped.
+
+    Nothing of the rejected messages was stored. ``pushed`` lists the ids of the messages of the
+    same ``push_many`` call that were stored before the ring filled up (in input order), and
+    ``remaining`` how many were not.
+    """
+
+    def __init__(self, table: str, capacity: int, pushed: list[int], remaining: int, why: str):
+        self.pushed = pushed
+        self.remaining = remaining
+        done = (
+            f"; {len(pushed)} message(s) of this call were pushed: ids {pushed[:10]}"
+            + ("..." if len(pushed) > 10 else "")
+            if pushed
+            else ""
+        )
+        super().__init__(
+            f"ring queue {table!r} is full ({capacity} slots): {remaining} message(s) not "
+            f"pushed, {why}{done}. Start more workers, raise push_timeout, or give the queue a "
+            f"larger capacity"
+        )
+
+
+class RingCapacityMismatch(DBQueueError):
+    """The ring table in the database does not have the capacity the queue declares."""

@@ -76,9 +76,19 @@ class QueueStats:
     done: int
     failed: int
     oldest_ready_age: dt.timedelta | None
+    #: Ring queues: the number of slots (None for a split queue).
+    capacity: int | None = None
+
+    @property
+    def occupancy(self) -> float | None:
+        """Ring queues: the share of slots holding a message (ready, leased or retrying)."""
+        if not self.capacity:
+            return None
+        return (self.ready + self.scheduled + self.leased) / self.capacity
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        """The counts by name (and ``capacity`` for a ring queue)."""
+        counts = {
             "ready": self.ready,
             "scheduled": self.scheduled,
             "leased": self.leased,
@@ -87,6 +97,9 @@ class QueueStats:
             "failed": self.failed,
             "oldest_ready_age": self.oldest_ready_age,
         }
+        if self.capacity is not None:
+            counts["capacity"] = self.capacity
+        return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,3 +108,5 @@ class RescueResult:
 
     ready: int = 0
     failed: int = 0
+    #: Ring queues: numbers given up on (their pusher rolled back or died) marked as holes.
+    holes: int = 0

@@ -4,6 +4,7 @@ Django migrations or SQLAlchemy metadata; a parity test checks they all agree)."
 from __future__ import annotations
 
 from dbqueue.dialects.base import Dialect
+from dbqueue.errors import InvalidSpec
 from dbqueue.spec import QueueSpec
 
 
@@ -56,3 +57,92 @@ def tuning_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
         f"autovacuum_analyze_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0)",
         f"ALTER TABLE {q(spec.table)} SET ({churn}autovacuum_vacuum_insert_scale_factor = 0.05)",
     ]
+
+
+#: Ring slots are rewritten in place at every push and pop. Chosen by measurement (see
+#: docs/explanation/performance.md, "ring storage"): free space on every page lets each update
+#: be a HOT update onto the same page, and page pruning reclaims the old versions without
+#: VACUUM; autovacuum only has to keep the visibility map and statistics current.
+RING_FILLFACTOR = 50
+
+
+def create_ring_statements(spec: QueueSpec, dialect: Dialect, *, start: int = 0) -> list[str]:
+    """CREATE statements for a ring queue: the slot table with ``capacity`` preallocated
+    slots, the push and pop sequences, and the failed table. ``start`` is the first message
+    number (tests use it to cross 2^31)."""
+    capacity = spec.options.capacity
+    if capacity is None:
+        raise InvalidSpec(f"queue {spec.table!r} has no capacity: it is not a ring queue")
+    q = dialect.quote
+    pg = dialect.supports_storage_parameters
+    ts = "timestamp with time zone" if pg else "datetime"
+    nullable = "".join(f",\n    {q(f.name)} {dialect.column_type(f)} NULL" for f in spec.fields)
+    payload = "".join(
+        f",\n    {q(f.name)} {dialect.column_type(f)}{'' if f.nullable else ' NOT NULL'}"
+        for f in spec.fields
+    )
+    ring, failed = q(spec.table), q(spec.failed_table)
+    statements = [
+        # Payload columns are nullable here only because empty slots hold no message; the core
+        # validates every push against the declared fields.
+        f"CREATE TABLE {ring} (\n    slot integer NOT NULL PRIMARY KEY,\n"
+        f"    seq bigint NOT NULL,\n    state smallint NOT NULL DEFAULT 0,\n"
+        f"    attempts smallint NOT NULL DEFAULT 0,\n    pushed_at {ts} NULL,\n"
+        f"    lease_until {ts} NULL,\n    last_error text NULL{nullable}\n)",
+        f"CREATE TABLE {failed} (\n    id bigint NOT NULL PRIMARY KEY,\n"
+        f"    attempts smallint NOT NULL,\n    pushed_at {ts} NULL,\n"
+        f"    failed_at {ts} NOT NULL,\n    last_error text NULL{payload}\n)",
+    ]
+    return statements + ring_slot_statements(spec, dialect, start=start)
+
+
+def ring_slot_statements(spec: QueueSpec, dialect: Dialect, *, start: int = 0) -> list[str]:
+    """The counters and the preallocated slots of an (empty) ring table, and its storage
+    parameters: shared by :func:`create_ring_statements` and the adapters' migrations."""
+    capacity = spec.options.capacity
+    assert capacity is not None
+    q = dialect.quote
+    ring = q(spec.table)
+    first, last = int(start), int(start) + capacity - 1
+    if dialect.supports_storage_parameters:
+        return [
+            f"CREATE SEQUENCE {q(spec.push_seq)} AS bigint MINVALUE 0 START {first}",
+            f"CREATE SEQUENCE {q(spec.pop_seq)} AS bigint MINVALUE 0 START {first}",
+            # Slot mod(p, C) starts out holding p - C for its first number p: free for it.
+            f"INSERT INTO {ring} (slot, seq) SELECT mod(p, {capacity}), p - {capacity} "
+            f"FROM generate_series({first}::bigint, {last}::bigint) AS p",
+            *ring_tuning_statements(spec, dialect),
+        ]
+    return [
+        f"CREATE TABLE {q(spec.push_seq)} (value integer NOT NULL)",
+        f"INSERT INTO {q(spec.push_seq)} (value) VALUES ({first})",
+        f"CREATE TABLE {q(spec.pop_seq)} (value integer NOT NULL)",
+        f"INSERT INTO {q(spec.pop_seq)} (value) VALUES ({first})",
+        f"WITH RECURSIVE n(p) AS (SELECT {first} UNION ALL SELECT p + 1 FROM n WHERE p < {last}) "
+        f"INSERT INTO {ring} (slot, seq) SELECT p % {capacity}, p - {capacity} FROM n",
+        # SQLite has no HOT updates to protect: an index on seq turns the pop into a range scan.
+        f"CREATE INDEX {q(spec.index_name('seq'))} ON {ring} (seq)",
+    ]
+
+
+def ring_tuning_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
+    """Storage parameters of a ring table (PostgreSQL), see :data:`RING_FILLFACTOR`."""
+    if not dialect.supports_storage_parameters:
+        return []
+    return [
+        f"ALTER TABLE {dialect.quote(spec.table)} SET (fillfactor = {RING_FILLFACTOR}, "
+        f"autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = "
+        f"{max(1000, spec.options.capacity or 0)}, autovacuum_vacuum_cost_delay = 0)"
+    ]
+
+
+def drop_ring_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
+    """DROP statements for everything :func:`create_ring_statements` creates."""
+    q = dialect.quote
+    tables = [spec.table, spec.failed_table]
+    if dialect.supports_storage_parameters:
+        return [
+            f"DROP TABLE IF EXISTS {', '.join(q(t) for t in tables)}",
+            f"DROP SEQUENCE IF EXISTS {q(spec.push_seq)}, {q(spec.pop_seq)}",
+        ]
+    return [f"DROP TABLE IF EXISTS {q(t)}" for t in (*tables, spec.push_seq, spec.pop_seq)]

@@ -46,6 +46,8 @@ class _NoDefault:
 
 NO_DEFAULT: Any = _NoDefault()
 MAX_ATTEMPTS_LIMIT = 32767  # attempts is a smallint
+#: A ring's slots are preallocated rows: 2^24 of them is already gigabytes of table.
+MAX_CAPACITY = 1 << 24
 
 
 class FieldKind(StrEnum):
@@ -109,6 +111,17 @@ class QueueOptions:
     notify_interval: timedelta | None = timedelta(milliseconds=100)
     #: Datetime payloads must carry a time zone (Django's USE_TZ=True, SQLAlchemy timezone=True).
     aware_datetimes: bool = True
+    #: Ring queues only (see dbqueue.ring): the number of preallocated slots, i.e. the most
+    #: messages the queue stores at once. None for a split queue.
+    capacity: int | None = None
+    #: Ring: how long a push waits for a free slot before it raises QueueFull.
+    push_timeout: timedelta = timedelta(seconds=5)
+    #: Ring: a number a pusher took but never wrote (it rolled back or died) is marked as a
+    #: hole after this long, so poppers and later pushers move past it.
+    hole_timeout: timedelta = timedelta(seconds=2)
+    #: Ring: a message whose number was handed to a popper that never took it (the popper died,
+    #: or rolled a transactional pop back) is pushed again by the sweeper after this long.
+    stranded_after: timedelta = timedelta(seconds=30)
 
     def __post_init__(self) -> None:
         attempts = self.max_attempts
@@ -128,6 +141,19 @@ class QueueOptions:
         ):
             raise InvalidSpec(
                 f"notify_interval must be a non-negative timedelta or None, got {interval!r}"
+            )
+        for name in ("push_timeout", "hole_timeout", "stranded_after"):
+            value = getattr(self, name)
+            if not isinstance(value, timedelta) or value < timedelta(0):
+                raise InvalidSpec(f"{name} must be a non-negative timedelta, got {value!r}")
+        capacity = self.capacity
+        if capacity is not None and (
+            isinstance(capacity, bool)
+            or not isinstance(capacity, int)
+            or not 1 <= capacity <= MAX_CAPACITY
+        ):
+            raise InvalidSpec(
+                f"capacity must be an int between 1 and {MAX_CAPACITY} (slots), got {capacity!r}"
             )
         for name in ("max_payload_bytes", "push_many_batch", "rescue_batch"):
             value = getattr(self, name)
@@ -192,6 +218,21 @@ class QueueSpec:
     @property
     def meta_table(self) -> str:
         return f"{self.table}_meta"
+
+    @property
+    def failed_table(self) -> str:
+        """Ring queues: where messages go after ``max_attempts``."""
+        return f"{self.table}_failed"
+
+    @property
+    def push_seq(self) -> str:
+        """Ring queues: the sequence that numbers pushes."""
+        return f"{self.table}_push_seq"
+
+    @property
+    def pop_seq(self) -> str:
+        """Ring queues: the sequence that numbers pop claims."""
+        return f"{self.table}_pop_seq"
 
     @property
     def channel(self) -> str:

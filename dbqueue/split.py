@@ -8,152 +8,52 @@ a framework; the Django and SQLAlchemy adapters wrap this class.
 from __future__ import annotations
 
 import datetime as dt
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dbqueue.codec import Codec
-from dbqueue.dialects.base import Dialect
-from dbqueue.errors import (
-    InvalidArgument,
-    NotLeased,
-    QueueTableMissing,
-    TransactionStateError,
-)
+from dbqueue.errors import InvalidArgument
 from dbqueue.executor import Executor, Row
+from dbqueue.layout import (
+    RESCUE_ERROR,
+    ZERO,
+    Layout,
+    TokenLike,
+    check_count,
+    check_priority,
+    positive,
+    to_tokens,
+)
 from dbqueue.message import DeliveryMode, Message, QueueStats, RescueResult, State
-from dbqueue.spec import PRIORITY_MAX, PRIORITY_MIN, QueueSpec
-from dbqueue.sql import Statement, render
 
-#: Something that names a leased item: a Message, an object with ``id`` and ``attempts``
-#: attributes (a model instance), a bare id (not fenced by attempts), or — as an element of a
-#: list — an ``(id, attempts)`` tuple. A tuple passed on its own is a sequence of items.
-TokenLike = Any
-Token = tuple[int, int | None]
-
-MAX_ERROR_CHARS = 65_536
-RESCUE_ERROR = "lease expired: the worker holding it died, or overran its lease"
-_ZERO = dt.timedelta(0)
+__all__ = ["SplitQueue", "TokenLike"]
 
 
-def _positive(name: str, value: int | None, default: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def _check_priority(priority: int) -> None:
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidArgument(f"priority must be an int, got {priority!r}")
-    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
-        raise InvalidArgument(
-            f"priority {priority} is out of range ({PRIORITY_MIN}..{PRIORITY_MAX})"
-        )
-
-
-def to_token(item: TokenLike) -> Token:
-    """Normalise one of the forms in :data:`TokenLike` to ``(id, attempts | None)``."""
-    if isinstance(item, bool):
-        raise InvalidArgument(f"not an item or id: {item!r}")
-    if isinstance(item, int):
-        return (item, None)
-    if isinstance(item, tuple) and len(item) == 2:
-        return (int(item[0]), None if item[1] is None else int(item[1]))
-    item_id, attempts = getattr(item, "id", None), getattr(item, "attempts", None)
-    if not isinstance(item_id, int):
-        raise InvalidArgument(f"not an item or id: {item!r}")
-    return (item_id, attempts if isinstance(attempts, int) else None)
-
-
-def to_tokens(items: TokenLike | Iterable[TokenLike]) -> list[Token]:
-    """One item or many, deduplicated by id (the last token wins), in first-seen order."""
-    if isinstance(items, int) or hasattr(items, "id"):
-        items = [items]
-    tokens: dict[int, Token] = {}
-    for item in items:
-        token = to_token(item)
-        tokens[token[0]] = token
-    return list(tokens.values())
-
-
-class SplitQueue:
+class SplitQueue(Layout):
     """Operations on one split queue for one dialect. Thread-safe: it holds no connection."""
 
     layout = "split"
-
-    def __init__(self, spec: QueueSpec, dialect: Dialect) -> None:
-        self.spec = spec
-        self.dialect = dialect
-        self.codec = Codec(spec, dialect)
-        self.statements = render(spec, dialect, self.layout)
-        self._param_names = [f"p{i}" for i in range(len(spec.fields))]
-        interval = spec.options.notify_interval
-        self._notify_every = (
-            interval.total_seconds()
-            if interval is not None and dialect.supports_listen_notify
-            else None
-        )
-        self._last_notify = -float("inf")
-
-    # -- running statements -------------------------------------------------------------------
-
-    def _run(self, ex: Executor, name: str, params: dict[str, Any]) -> list[Row]:
-        stmt = self.statements[name]
-        try:
-            if len(stmt.parts) == 1:
-                return ex.execute(stmt.parts[0], params)
-            with ex.atomic():
-                return self._run_block(ex, stmt, params)
-        except QueueTableMissing as exc:
-            raise QueueTableMissing(
-                f"queue {self.spec.table!r}: its tables do not exist in this database ({exc}); "
-                f"apply the migrations (Django: manage.py migrate) or create them with "
-                f"dbqueue.schema.create_statements()"
-            ) from exc
-
-    def _run_block(self, ex: Executor, stmt: Statement, params: dict[str, Any]) -> list[Row]:
-        # After the statement that returns rows, :ids names those rows (see sqlite/split.sql).
-        result: list[Row] = []
-        for part in stmt.parts:
-            rows = ex.execute(part, params)
-            if rows:
-                result = rows
-                params = {**params, "ids": self.dialect.array([r[0] for r in rows])}
-            elif "RETURNING" in part:
-                params = {**params, "ids": self.dialect.array([])}
-        return result
-
-    def _clock(self, **extra: Any) -> dict[str, Any]:
-        """Times for dialects without a usable server clock (SQLite), else nothing."""
-        if not self.dialect.client_clock:
-            return {}
-        now = dt.datetime.now(dt.UTC)
-        tp = self.dialect.time_param
-        return {"now": tp(now), **{k: tp(now + v) for k, v in extra.items()}}
 
     # -- push ---------------------------------------------------------------------------------
 
     def _schedule(
         self, priority: int, delay: dt.timedelta | None, run_at: dt.datetime | None
     ) -> dict[str, Any]:
-        _check_priority(priority)
+        check_priority(priority)
         if delay is not None and run_at is not None:
             raise InvalidArgument("pass delay= or run_at=, not both")
-        if delay is not None and (not isinstance(delay, dt.timedelta) or delay < _ZERO):
+        if delay is not None and (not isinstance(delay, dt.timedelta) or delay < ZERO):
             raise InvalidArgument(f"delay must be a non-negative timedelta, got {delay!r}")
         if run_at is not None and (
             not isinstance(run_at, dt.datetime) or run_at.utcoffset() is None
         ):
             raise InvalidArgument(f"run_at must be an aware datetime, got {run_at!r}")
         if self.dialect.client_clock:
-            params = self._clock(run_at=delay or _ZERO)
+            params = self._clock(run_at=delay or ZERO)
             if run_at is not None:
                 params["run_at"] = self.dialect.time_param(run_at)
             params["priority"] = priority
             return params
-        return {"priority": priority, "run_at": run_at, "delay": delay or _ZERO}
+        return {"priority": priority, "run_at": run_at, "delay": delay or ZERO}
 
     def push(
         self,
@@ -167,26 +67,9 @@ class SplitQueue:
         """Enqueue one item in the executor's transaction; return its id."""
         params = dict(zip(self._param_names, self.codec.encode(payload), strict=True))
         params.update(self._schedule(priority, delay, run_at))
-        item_id = int(self._run(ex, "split_push", params)[0][0])
+        item_id = int(self._run(ex, "push", params)[0][0])
         self._wake(ex)
         return item_id
-
-    def _wake(self, ex: Executor) -> None:
-        """NOTIFY the queue's channel unless this process did so within notify_interval.
-
-        Races between threads only cost a spare notification. A notification sent in a
-        transaction that rolls back is lost with it, and pushes in the following interval send
-        none: workers still poll for a while after their last message (see dbqueue.wakeup), and
-        an idle worker's safety poll bounds the rest.
-        """
-        every = self._notify_every
-        if every is None:
-            return
-        now = time.monotonic()
-        if now - self._last_notify < every:
-            return
-        self._last_notify = now
-        self._run(ex, "split_notify", {"channel": self.spec.channel})
 
     def push_many(
         self,
@@ -205,7 +88,7 @@ class SplitQueue:
         """
         schedule = self._schedule(priority, delay, run_at)
         encoded = [self.codec.encode(row) for row in rows]
-        size = _positive("batch_size", batch_size, self.spec.options.push_many_batch)
+        size = positive("batch_size", batch_size, self.spec.options.push_many_batch)
         if not encoded:
             return []
         chunks = [encoded[i : i + size] for i in range(0, len(encoded), size)]
@@ -224,11 +107,11 @@ class SplitQueue:
             params = dict(schedule, count=len(chunk))
             for i, column in enumerate(zip(*chunk, strict=True)):
                 params[f"c{i}"] = list(column)
-            return [r[0] for r in self._run(ex, "split_push_many", params)]
+            return [r[0] for r in self._run(ex, "push_many", params)]
         ids = []
         for values in chunk:
             params = dict(zip(self._param_names, values, strict=True), **schedule)
-            ids.append(int(self._run(ex, "split_push_many", params)[0][0]))
+            ids.append(int(self._run(ex, "push_many", params)[0][0]))
         return ids
 
     # -- pop ----------------------------------------------------------------------------------
@@ -242,33 +125,13 @@ class SplitQueue:
         lease: dt.timedelta | None = None,
     ) -> list[Message]:
         """Take up to ``n`` due items: priority (higher first), then run_at, then id."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise InvalidArgument(f"pop_batch needs a positive int count, got {n!r}")
-        mode = DeliveryMode.parse(mode)
+        check_count("pop_batch", n)
         lease = self._lease(lease)
-        if mode is DeliveryMode.AT_LEAST_ONCE:
+        if DeliveryMode.parse(mode) is DeliveryMode.AT_LEAST_ONCE:
             params = {"n": n, "lease": lease, **self._clock(lease_until=lease)}
-            return self._messages(self._run(ex, "split_pop_leased", params))
-        in_tx = ex.in_transaction()
-        if mode is DeliveryMode.AT_MOST_ONCE and in_tx:
-            raise TransactionStateError(
-                "pop_batch(mode='at_most_once') must commit on its own, but a transaction is "
-                "open: a rollback would bring back items already handed out. Call it outside "
-                "the transaction, or use mode='transactional'"
-            )
-        if mode is DeliveryMode.TRANSACTIONAL and not in_tx:
-            raise TransactionStateError(
-                "pop_batch(mode='transactional') needs an open transaction (Django: inside "
-                "transaction.atomic()); outside one it would commit at once like at_most_once"
-            )
-        return self._messages(self._run(ex, "split_pop_remove", {"n": n, **self._clock()}))
-
-    def _lease(self, lease: dt.timedelta | None) -> dt.timedelta:
-        if lease is None:
-            return self.spec.options.lease
-        if not isinstance(lease, dt.timedelta) or lease <= _ZERO:
-            raise InvalidArgument(f"lease must be a positive timedelta, got {lease!r}")
-        return lease
+            return self._messages(self._run(ex, "pop_leased", params))
+        self._check_mode(ex, mode)
+        return self._messages(self._run(ex, "pop_remove", {"n": n, **self._clock()}))
 
     def _messages(self, rows: list[Row]) -> list[Message]:
         t = self.dialect.time_result
@@ -282,40 +145,6 @@ class SplitQueue:
         return messages
 
     # -- acknowledge, fail, extend ------------------------------------------------------------
-
-    def _token_params(self, tokens: list[Token], *extra: Sequence[Any]) -> dict[str, Any]:
-        if self.dialect.supports_array_params:
-            return {
-                "ids": [t[0] for t in tokens],
-                "attempts": [t[1] for t in tokens],
-                "count": len(tokens),
-            }
-        rows = [[*t, *(column[i] for column in extra)] for i, t in enumerate(tokens)]
-        return {"tokens": self.dialect.array(rows), "count": len(tokens)}
-
-    def _check_leased(
-        self, ex: Executor, tokens: list[Token], done: list[Row], operation: str
-    ) -> None:
-        if len(done) == len(tokens):
-            return
-        rows = self._run(ex, "split_not_leased", self._token_params(tokens))
-        bad = {int(r[0]) for r in rows} or ({t[0] for t in tokens} - {int(r[0]) for r in done})
-        raise NotLeased(bad, operation)
-
-    def ack(self, ex: Executor, items: TokenLike, *, strict: bool = True) -> list[int]:
-        """Remove leased items after their work is done; return the ids removed.
-
-        ``strict`` (default): if any item is not leased under its token, raise
-        :class:`NotLeased` and change nothing. ``strict=False`` removes what still matches.
-        """
-        tokens = to_tokens(items)
-        if not tokens:
-            return []
-        params = {**self._token_params(tokens), "strict": strict}
-        rows = self._run(ex, "split_ack", params)
-        if strict:
-            self._check_leased(ex, tokens, rows, "ack")
-        return [int(r[0]) for r in rows]
 
     def ack_pop(
         self,
@@ -331,8 +160,7 @@ class SplitQueue:
         Returns how many items were acked and the newly leased messages. On PostgreSQL this is
         one statement (``split_ack_pop``): half the round trips and commits of ack + pop.
         """
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise InvalidArgument(f"ack_pop needs a positive int count, got {n!r}")
+        check_count("ack_pop", n)
         lease = self._lease(lease)
         tokens = to_tokens(items)
         if not tokens:
@@ -343,85 +171,23 @@ class SplitQueue:
                 acked = self.ack(ex, tokens, strict=False)
                 return len(acked), self.pop_batch(ex, n, lease=lease)
         params = {**self._token_params(tokens), "strict": False, "n": n, "lease": lease}
-        rows = self._run(ex, "split_ack_pop", params)
+        rows = self._run(ex, "ack_pop", params)
         return int(rows[0][0]), self._messages([r[1:] for r in rows if r[1] is not None])
-
-    def fail(
-        self,
-        ex: Executor,
-        items: TokenLike,
-        error: str | Sequence[str],
-        *,
-        delay: dt.timedelta | None = None,
-        strict: bool = True,
-    ) -> dict[int, State]:
-        """Record a failed attempt: back to ready after the back-off, or failed for good once
-        ``max_attempts`` is reached. Returns each item's new state."""
-        tokens = to_tokens(items)
-        errors = [error] * len(tokens) if isinstance(error, str) else list(error)
-        if len(errors) != len(tokens) or not all(isinstance(e, str) for e in errors):
-            raise InvalidArgument("fail() needs one error string, or one per item")
-        if delay is not None and (not isinstance(delay, dt.timedelta) or delay < _ZERO):
-            raise InvalidArgument(f"delay must be a non-negative timedelta, got {delay!r}")
-        if not tokens:
-            return {}
-        backoff = self.spec.options.backoff
-        delays = [delay if delay is not None else backoff.delay(t[1] or 1) for t in tokens]
-        errors = [e[:MAX_ERROR_CHARS] for e in errors]
-        params = self._fail_params(tokens, delays, errors)
-        rows = self._run(ex, "split_fail", {**params, "strict": strict})
-        if strict:
-            self._check_leased(ex, tokens, rows, "fail")
-        return {int(r[0]): State(r[1]) for r in rows}
-
-    def _fail_params(
-        self, tokens: list[Token], delays: list[dt.timedelta], errors: list[str]
-    ) -> dict[str, Any]:
-        common = {"max_attempts": self.spec.options.max_attempts, **self._clock()}
-        if self.dialect.supports_array_params:
-            return {**self._token_params(tokens), "delays": delays, "errors": errors, **common}
-        now = dt.datetime.now(dt.UTC)
-        run_ats = [self.dialect.time_param(now + d) for d in delays]
-        return {**self._token_params(tokens, run_ats, errors), **common}
-
-    def extend(
-        self, ex: Executor, items: TokenLike, *, lease: dt.timedelta | None = None
-    ) -> list[int]:
-        """Push the leases of items still held further out; return the ids extended."""
-        tokens = to_tokens(items)
-        if not tokens:
-            return []
-        lease = self._lease(lease)
-        params = {**self._token_params(tokens), "lease": lease, **self._clock(lease_until=lease)}
-        return [int(r[0]) for r in self._run(ex, "split_extend", params)]
 
     # -- administration -----------------------------------------------------------------------
 
-    def _ids(self, ids: Iterable[TokenLike] | int) -> list[int]:
-        items: Iterable[TokenLike] = [ids] if isinstance(ids, int) or hasattr(ids, "id") else ids
-        out = [to_token(i)[0] for i in items]
-        return list(dict.fromkeys(out))
-
-    def retry(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
-        """Failed items back to ready, attempts reset; return how many."""
-        ids = self._ids(ids)
-        if not ids:
-            return 0
-        params = {"ids": self.dialect.array(ids), **self._clock()}
-        return len(self._run(ex, "split_retry", params))
-
     def set_priority(self, ex: Executor, ids: Iterable[TokenLike] | int, priority: int) -> int:
         """Give items (any state) a new priority; return how many were found."""
-        _check_priority(priority)
+        check_priority(priority)
         ids = self._ids(ids)
         if not ids:
             return 0
         params = {"ids": self.dialect.array(ids), "priority": priority}
-        return len(self._run(ex, "split_set_priority", params))
+        return len(self._run(ex, "set_priority", params))
 
     def rescue(self, ex: Executor, *, batch: int | None = None) -> RescueResult:
         """Expired leases back to ready (failed after max_attempts), in small batches."""
-        size = _positive("batch", batch, self.spec.options.rescue_batch)
+        size = positive("batch", batch, self.spec.options.rescue_batch)
         ready = failed = 0
         while True:
             params = {
@@ -431,7 +197,7 @@ class SplitQueue:
                 "error": RESCUE_ERROR,
                 **self._clock(),
             }
-            rows = self._run(ex, "split_rescue", params)
+            rows = self._run(ex, "rescue", params)
             ready += sum(1 for r in rows if r[1] == State.READY)
             failed += sum(1 for r in rows if r[1] == State.FAILED)
             if len(rows) < size:
@@ -439,21 +205,14 @@ class SplitQueue:
 
     def stats(self, ex: Executor) -> QueueStats:
         """Counts per state and the age of the oldest due item."""
-        row = self._run(ex, "split_stats", self._clock())[0]
+        row = self._run(ex, "stats", self._clock())[0]
         t = self.dialect.time_result
         oldest, now = t(row[6]), t(row[7])
-        age = None if oldest is None or now is None else max(now - oldest, _ZERO)
+        age = None if oldest is None or now is None else max(now - oldest, ZERO)
         ready, scheduled, leased, expired, done, failed = (int(v or 0) for v in row[:6])
         return QueueStats(ready, scheduled, leased, expired, done, failed, age)
 
     def purge(self, ex: Executor, state: State | str | int | None = None) -> int:
         """Delete every item in ``state`` (every item if None); return how many."""
         value = None if state is None else int(State.parse(state))
-        return len(self._run(ex, "split_purge", {"state": value}))
-
-    def delete(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
-        """Delete items by id, whatever their state; return how many."""
-        ids = self._ids(ids)
-        if not ids:
-            return 0
-        return len(self._run(ex, "split_delete", {"ids": self.dialect.array(ids)}))
+        return len(self._run(ex, "purge", {"state": value}))

@@ -1,5 +1,6 @@
-"""A :class:`~dbqueue.split.SplitQueue` as the worker uses it, without a framework: each
-worker thread gets its own executor from ``connect()``."""
+"""A queue of either layout (:class:`~dbqueue.split.SplitQueue`,
+:class:`~dbqueue.ring.RingQueue`) as the worker uses it, without a framework: each worker thread
+gets its own executor from ``connect()``. For a ring, ``rescue`` is its sweeper."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from typing import Any
 
 from dbqueue.executor import Executor
 from dbqueue.message import Message, RescueResult, State
+from dbqueue.ring import RingQueue
 from dbqueue.split import SplitQueue
+
+#: A queue of either layout: both have the same operations.
+AnyQueue = SplitQueue | RingQueue
 
 
 class ExecutorQueue:
@@ -24,7 +29,7 @@ class ExecutorQueue:
 
     def __init__(
         self,
-        queue: SplitQueue,
+        queue: AnyQueue,
         connect: Callable[[], Executor],
         *,
         close: Callable[[Executor], object] | None = None,
@@ -90,7 +95,7 @@ class ExecutorQueue:
             self._close(ex)
 
 
-def worker_channel(queue: SplitQueue) -> str | None:
+def worker_channel(queue: AnyQueue) -> str | None:
     """The channel a worker LISTENs on for ``queue``, or None when pushes never notify."""
     if queue.dialect.supports_listen_notify and queue.spec.options.notify_interval is not None:
         return queue.spec.channel

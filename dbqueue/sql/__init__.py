@@ -93,9 +93,54 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     }
 
 
+def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
+    """The identifier fragments the ring-layout statements are written with."""
+    q = dialect.quote
+    fields = spec.fields
+    names = [q(f.name) for f in fields]
+    arrays = (
+        "".join(
+            f", {dialect.array_param(f'c{i}')}::{dialect.array_type(f.kind)}"
+            for i, f in enumerate(fields)
+        )
+        if dialect.supports_array_params
+        else ""
+    )
+    return {
+        "ring": q(spec.table),
+        "failed": q(spec.failed_table),
+        # Sequence names as text for nextval() (PostgreSQL) and as relations to read.
+        "push_seq": f"'{q(spec.push_seq)}'",
+        "pop_seq": f"'{q(spec.pop_seq)}'",
+        "push_seq_rel": q(spec.push_seq),
+        "pop_seq_rel": q(spec.pop_seq),
+        "columns": "".join(f", {n}" for n in names),
+        "set_params": "".join(
+            f", {n} = {dialect.payload_param(f'p{i}', f)}"
+            for i, (n, f) in enumerate(zip(names, fields, strict=True))
+        ),
+        "set_r": "".join(f", {n} = r.c{i}" for i, n in enumerate(names)),
+        "set_m": "".join(f", {n} = m.{n}" for n in names),
+        "payload_arrays": arrays,
+        "r_names": "".join(f", c{i}" for i in range(len(fields))),
+        "r_columns": "".join(f", r.c{i}" for i in range(len(fields))),
+        "t_columns": "".join(f", t.{n}" for n in names),
+        "v_columns": "".join(f", v.{n}" for n in names),
+        "s_columns": "".join(f", s.{n}" for n in names),
+        "f_columns": "".join(f", f.{n}" for n in names),
+        "t_payload": "".join(f", {dialect.payload_select('t', f)}" for f in fields),
+        # RETURNING on SQLite cannot see a table alias: the table's own name.
+        "ring_payload": "".join(
+            f", {dialect.payload_select(q(spec.table), f)}" for f in fields
+        ),
+    }
+
+
 def render(spec: QueueSpec, dialect: Dialect, layout: str) -> dict[str, Statement]:
     """Every statement of ``layout`` for this queue on this dialect, ready to execute."""
     context = split_context(spec, dialect)
+    if layout == "ring":
+        context.update(ring_context(spec, dialect))
     for name, text in fragments(dialect.name, layout).items():
         context[name] = text.format(**context)
     return {

@@ -1,0 +1,289 @@
+"""What every table layout (split, ring) shares: running its named statements, lease tokens,
+argument checks, wake-ups, and the operations whose logic is the same for both (ack, fail,
+extend). A layout subclass supplies the statements (``sql/<dialect>/<layout>.sql``, each named
+``<layout>_<operation>``) and the operations that differ: push, pop, rescue, stats.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from dbqueue.codec import Codec
+from dbqueue.dialects.base import Dialect
+from dbqueue.errors import InvalidArgument, NotLeased, QueueTableMissing, TransactionStateError
+from dbqueue.executor import Executor, Row
+from dbqueue.message import DeliveryMode, State
+from dbqueue.spec import PRIORITY_MAX, PRIORITY_MIN, QueueSpec
+from dbqueue.sql import Statement, render
+
+#: Something that names a leased item: a Message, an object with ``id`` and ``attempts``
+#: attributes (a model instance), a bare id (not fenced by attempts), or — as an element of a
+#: list — an ``(id, attempts)`` tuple. A tuple passed on its own is a sequence of items.
+TokenLike = Any
+Token = tuple[int, int | None]
+
+MAX_ERROR_CHARS = 65_536
+RESCUE_ERROR = "lease expired: the worker holding it died, or overran its lease"
+ZERO = dt.timedelta(0)
+
+
+def positive(name: str, value: int | None, default: int) -> int:
+    """``value`` checked to be a positive int, or ``default`` when None."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def check_priority(priority: int) -> None:
+    """Raise InvalidArgument unless ``priority`` is an int in the smallint range."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgument(f"priority must be an int, got {priority!r}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise InvalidArgument(
+            f"priority {priority} is out of range ({PRIORITY_MIN}..{PRIORITY_MAX})"
+        )
+
+
+def check_count(operation: str, n: int) -> None:
+    """Raise InvalidArgument unless ``n`` is a positive int."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidArgument(f"{operation} needs a positive int count, got {n!r}")
+
+
+def to_token(item: TokenLike) -> Token:
+    """Normalise one of the forms in :data:`TokenLike` to ``(id, attempts | None)``."""
+    if isinstance(item, bool):
+        raise InvalidArgument(f"not an item or id: {item!r}")
+    if isinstance(item, int):
+        return (item, None)
+    if isinstance(item, tuple) and len(item) == 2:
+        return (int(item[0]), None if item[1] is None else int(item[1]))
+    item_id, attempts = getattr(item, "id", None), getattr(item, "attempts", None)
+    if not isinstance(item_id, int):
+        raise InvalidArgument(f"not an item or id: {item!r}")
+    return (item_id, attempts if isinstance(attempts, int) else None)
+
+
+def to_tokens(items: TokenLike | Iterable[TokenLike]) -> list[Token]:
+    """One item or many, deduplicated by id (the last token wins), in first-seen order."""
+    if isinstance(items, int) or hasattr(items, "id"):
+        items = [items]
+    tokens: dict[int, Token] = {}
+    for item in items:
+        token = to_token(item)
+        tokens[token[0]] = token
+    return list(tokens.values())
+
+
+class Layout:
+    """The shared half of a queue layout. Thread-safe: it holds no connection."""
+
+    layout = ""
+
+    def __init__(self, spec: QueueSpec, dialect: Dialect) -> None:
+        self.spec = spec
+        self.dialect = dialect
+        self.codec = Codec(spec, dialect)
+        self.statements = render(spec, dialect, self.layout)
+        self._param_names = [f"p{i}" for i in range(len(spec.fields))]
+        interval = spec.options.notify_interval
+        self._notify_every = (
+            interval.total_seconds()
+            if interval is not None and dialect.supports_listen_notify
+            else None
+        )
+        self._last_notify = -float("inf")
+
+    # -- running statements -------------------------------------------------------------------
+
+    def _params(self) -> dict[str, Any]:
+        """Parameters every statement of the layout may use (none for the split layout)."""
+        return {}
+
+    def _run(self, ex: Executor, operation: str, params: dict[str, Any]) -> list[Row]:
+        """Run the layout's statement for ``operation`` (``<layout>_<operation>``)."""
+        stmt = self.statements[f"{self.layout}_{operation}"]
+        params = {**self._params(), **params}
+        try:
+            if len(stmt.parts) == 1:
+                return ex.execute(stmt.parts[0], params)
+            with ex.atomic():
+                return self._run_block(ex, stmt, params)
+        except QueueTableMissing as exc:
+            raise QueueTableMissing(
+                f"queue {self.spec.table!r}: its tables do not exist in this database ({exc}); "
+                f"apply the migrations (Django: manage.py migrate) or create them with "
+                f"dbqueue.schema.create_statements()"
+            ) from exc
+
+    def _run_block(self, ex: Executor, stmt: Statement, params: dict[str, Any]) -> list[Row]:
+        # After the statement that returns rows, :ids names those rows (see sqlite/split.sql).
+        result: list[Row] = []
+        for part in stmt.parts:
+            rows = ex.execute(part, params)
+            if rows:
+                result = rows
+                params = {**params, "ids": self.dialect.array([r[0] for r in rows])}
+            elif "RETURNING" in part:
+                params = {**params, "ids": self.dialect.array([])}
+        return result
+
+    def _clock(self, **extra: Any) -> dict[str, Any]:
+        """Times for dialects without a usable server clock (SQLite), else nothing."""
+        if not self.dialect.client_clock:
+            return {}
+        now = dt.datetime.now(dt.UTC)
+        tp = self.dialect.time_param
+        return {"now": tp(now), **{k: tp(now + v) for k, v in extra.items()}}
+
+    def _wake(self, ex: Executor) -> None:
+        """NOTIFY the queue's channel unless this process did so within notify_interval.
+
+        Races between threads only cost a spare notification. A notification sent in a
+        transaction that rolls back is lost with it, and pushes in the following interval send
+        none: workers still poll for a while after their last message (see dbqueue.wakeup), and
+        an idle worker's safety poll bounds the rest.
+        """
+        every = self._notify_every
+        if every is None:
+            return
+        now = time.monotonic()
+        if now - self._last_notify < every:
+            return
+        self._last_notify = now
+        self._run(ex, "notify", {"channel": self.spec.channel})
+
+    # -- arguments ----------------------------------------------------------------------------
+
+    def _lease(self, lease: dt.timedelta | None) -> dt.timedelta:
+        if lease is None:
+            return self.spec.options.lease
+        if not isinstance(lease, dt.timedelta) or lease <= ZERO:
+            raise InvalidArgument(f"lease must be a positive timedelta, got {lease!r}")
+        return lease
+
+    def _check_mode(self, ex: Executor, mode: DeliveryMode | str) -> DeliveryMode:
+        """Parse ``mode`` and check the transaction state its guarantee needs."""
+        mode = DeliveryMode.parse(mode)
+        in_tx = ex.in_transaction()
+        if mode is DeliveryMode.AT_MOST_ONCE and in_tx:
+            raise TransactionStateError(
+                "pop_batch(mode='at_most_once') must commit on its own, but a transaction is "
+                "open: a rollback would bring back items already handed out. Call it outside "
+                "the transaction, or use mode='transactional'"
+            )
+        if mode is DeliveryMode.TRANSACTIONAL and not in_tx:
+            raise TransactionStateError(
+                "pop_batch(mode='transactional') needs an open transaction (Django: inside "
+                "transaction.atomic()); outside one it would commit at once like at_most_once"
+            )
+        return mode
+
+    def _ids(self, ids: Iterable[TokenLike] | int) -> list[int]:
+        items: Iterable[TokenLike] = [ids] if isinstance(ids, int) or hasattr(ids, "id") else ids
+        out = [to_token(i)[0] for i in items]
+        return list(dict.fromkeys(out))
+
+    # -- acknowledge, fail, extend ------------------------------------------------------------
+
+    def _token_params(self, tokens: list[Token], *extra: Sequence[Any]) -> dict[str, Any]:
+        if self.dialect.supports_array_params:
+            return {
+                "ids": [t[0] for t in tokens],
+                "attempts": [t[1] for t in tokens],
+                "count": len(tokens),
+            }
+        rows = [[*t, *(column[i] for column in extra)] for i, t in enumerate(tokens)]
+        return {"tokens": self.dialect.array(rows), "count": len(tokens)}
+
+    def _check_leased(
+        self, ex: Executor, tokens: list[Token], done: list[Row], operation: str
+    ) -> None:
+        if len(done) == len(tokens):
+            return
+        rows = self._run(ex, "not_leased", self._token_params(tokens))
+        bad = {int(r[0]) for r in rows} or ({t[0] for t in tokens} - {int(r[0]) for r in done})
+        raise NotLeased(bad, operation)
+
+    def ack(self, ex: Executor, items: TokenLike, *, strict: bool = True) -> list[int]:
+        """Remove leased items after their work is done; return the ids removed.
+
+        ``strict`` (default): if any item is not leased under its token, raise
+        :class:`NotLeased` and change nothing. ``strict=False`` removes what still matches.
+        """
+        tokens = to_tokens(items)
+        if not tokens:
+            return []
+        rows = self._run(ex, "ack", {**self._token_params(tokens), "strict": strict})
+        if strict:
+            self._check_leased(ex, tokens, rows, "ack")
+        return [int(r[0]) for r in rows]
+
+    def fail(
+        self,
+        ex: Executor,
+        items: TokenLike,
+        error: str | Sequence[str],
+        *,
+        delay: dt.timedelta | None = None,
+        strict: bool = True,
+    ) -> dict[int, State]:
+        """Record a failed attempt: ready again after the back-off, or failed for good once
+        ``max_attempts`` is reached. Returns each item's new state."""
+        tokens = to_tokens(items)
+        errors = [error] * len(tokens) if isinstance(error, str) else list(error)
+        if len(errors) != len(tokens) or not all(isinstance(e, str) for e in errors):
+            raise InvalidArgument("fail() needs one error string, or one per item")
+        if delay is not None and (not isinstance(delay, dt.timedelta) or delay < ZERO):
+            raise InvalidArgument(f"delay must be a non-negative timedelta, got {delay!r}")
+        if not tokens:
+            return {}
+        backoff = self.spec.options.backoff
+        delays = [delay if delay is not None else backoff.delay(t[1] or 1) for t in tokens]
+        errors = [e[:MAX_ERROR_CHARS] for e in errors]
+        params = self._fail_params(tokens, delays, errors)
+        rows = self._run(ex, "fail", {**params, "strict": strict})
+        if strict:
+            self._check_leased(ex, tokens, rows, "fail")
+        return {int(r[0]): State(r[1]) for r in rows}
+
+    def _fail_params(
+        self, tokens: list[Token], delays: list[dt.timedelta], errors: list[str]
+    ) -> dict[str, Any]:
+        common = {"max_attempts": self.spec.options.max_attempts, **self._clock()}
+        if self.dialect.supports_array_params:
+            return {**self._token_params(tokens), "delays": delays, "errors": errors, **common}
+        now = dt.datetime.now(dt.UTC)
+        run_ats = [self.dialect.time_param(now + d) for d in delays]
+        return {**self._token_params(tokens, run_ats, errors), **common}
+
+    def extend(
+        self, ex: Executor, items: TokenLike, *, lease: dt.timedelta | None = None
+    ) -> list[int]:
+        """Push the leases of items still held further out; return the ids extended."""
+        tokens = to_tokens(items)
+        if not tokens:
+            return []
+        lease = self._lease(lease)
+        params = {**self._token_params(tokens), "lease": lease, **self._clock(lease_until=lease)}
+        return [int(r[0]) for r in self._run(ex, "extend", params)]
+
+    def delete(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
+        """Delete items by id, whatever their state; return how many."""
+        ids = self._ids(ids)
+        if not ids:
+            return 0
+        return len(self._run(ex, "delete", {"ids": self.dialect.array(ids)}))
+
+    def retry(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
+        """Failed items back to ready, attempts reset; return how many."""
+        ids = self._ids(ids)
+        if not ids:
+            return 0
+        params = {"ids": self.dialect.array(ids), **self._clock()}
+        return len(self._run(ex, "retry", params))
