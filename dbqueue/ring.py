@@ -237,8 +237,8 @@ class RingQueue(Layout):
     def _push_outcome(self, number: int, landed: bool, slot_seq: int | None) -> tuple[str, int]:
         if landed:
             return _LANDED, number
-        if slot_seq is None:
-            raise self._mismatch(f"slot {number % self.capacity} does not exist")
+        if slot_seq is None or slot_seq % self.capacity != number % self.capacity:
+            raise self._mismatch(f"slot {number % self.capacity} holds number {slot_seq}")
         return (_RENEW if slot_seq >= number else _WAIT), number
 
     def _try_push_serial(
@@ -259,9 +259,9 @@ class RingQueue(Layout):
         return [(_LANDED, n) for n in landed]
 
     def _check_slot(self, ex: Executor) -> None:
-        row = self._run(ex, "next_slot", {})[0]
-        if row[1] is None:
-            raise self._mismatch(f"slot {row[0]} does not exist")
+        number, slot_seq = self._run(ex, "next_slot", {})[0]
+        if slot_seq is None or slot_seq % self.capacity != number % self.capacity:
+            raise self._mismatch(f"slot {number % self.capacity} holds number {slot_seq}")
 
     def _mismatch(self, detail: str) -> RingCapacityMismatch:
         return RingCapacityMismatch(
@@ -345,7 +345,7 @@ class RingQueue(Layout):
             if row[3] is not None:
                 taken.append(row[3:])
                 continue
-            if slot_seq is None:
+            if slot_seq is None or slot_seq % self.capacity != number % self.capacity:
                 missing = True
                 continue
             if slot_seq > number or (slot_seq == number and slot_state != 1):
@@ -354,13 +354,13 @@ class RingQueue(Layout):
             # Landed but beyond n: stays active. Not landed yet: parked.
             claim.parked = slot_seq != number
             keep.append(claim)
-        stale = [c.number for c in keep if c.parked and now - c.since > self._hole_timeout]
+        stale = [c.number for c in keep if c.parked and now - c.since >= self._hole_timeout]
         if stale:
             marked = {int(r[0]) for r in self._run(ex, "mark_holes", {"held": stale})}
             keep = [c for c in keep if c.number not in marked]
         self._claims.give_back(keep)
         if missing:
-            raise self._mismatch("a claimed slot does not exist")
+            raise self._mismatch("a claimed slot is missing or holds another slot's numbers")
         return self._messages(taken)
 
     @property

@@ -130,9 +130,7 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         "f_columns": "".join(f", f.{n}" for n in names),
         "t_payload": "".join(f", {dialect.payload_select('t', f)}" for f in fields),
         # RETURNING on SQLite cannot see a table alias: the table's own name.
-        "ring_payload": "".join(
-            f", {dialect.payload_select(q(spec.table), f)}" for f in fields
-        ),
+        "ring_payload": "".join(f", {dialect.payload_select(q(spec.table), f)}" for f in fields),
     }
 
 

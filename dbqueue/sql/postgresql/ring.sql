@@ -245,9 +245,11 @@ WITH lock AS (
     WHERE v.state = 2 AND v.attempts >= %(max_attempts)s
     RETURNING id
 ), moves AS (
+    -- No more numbers than free slots: in a full ring each would only become a hole.
     SELECT nextval({push_seq}) AS p, v.*
     FROM (SELECT * FROM victims AS v
-          WHERE NOT (v.state = 2 AND v.attempts >= %(max_attempts)s) ORDER BY v.seq) AS v
+          WHERE NOT (v.state = 2 AND v.attempts >= %(max_attempts)s) ORDER BY v.seq
+          LIMIT (SELECT count(*) FROM {ring} WHERE state = 0)) AS v
 ), placed AS (
     UPDATE {ring} AS t
     SET seq = m.p, state = 1, attempts = m.attempts, pushed_at = statement_timestamp(),

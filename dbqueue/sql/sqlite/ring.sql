@@ -15,9 +15,9 @@ RETURNING seq;
 UPDATE {push_seq_rel} SET value = value + json_array_length(:ids);
 
 -- ring_next_slot --
--- Diagnosis when a push found no free slot: the next number and its slot's seq (NULL: the
--- table has fewer slots than the declared capacity).
-SELECT n.value % :capacity, (SELECT seq FROM {ring} WHERE slot = n.value % :capacity)
+-- Diagnosis when a push found no free slot: the next number and its slot's seq (NULL, or a
+-- number of another slot: the table does not have the declared capacity).
+SELECT n.value, (SELECT seq FROM {ring} WHERE slot = n.value % :capacity)
 FROM {push_seq_rel} AS n;
 
 -- _unpopped --
