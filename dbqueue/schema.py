@@ -141,8 +141,17 @@ def drop_ring_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
     q = dialect.quote
     tables = [spec.table, spec.failed_table]
     if dialect.supports_storage_parameters:
-        return [
-            f"DROP TABLE IF EXISTS {', '.join(q(t) for t in tables)}",
-            f"DROP SEQUENCE IF EXISTS {q(spec.push_seq)}, {q(spec.pop_seq)}",
-        ]
-    return [f"DROP TABLE IF EXISTS {q(t)}" for t in (*tables, spec.push_seq, spec.pop_seq)]
+        drop_tables = [f"DROP TABLE IF EXISTS {', '.join(q(t) for t in tables)}"]
+    else:
+        drop_tables = [f"DROP TABLE IF EXISTS {q(t)}" for t in tables]
+    return drop_tables + drop_ring_counter_statements(spec, dialect)
+
+
+def drop_ring_counter_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
+    """DROP statements for the push and pop counters only (sequences, or one-row tables on
+    SQLite): what a capacity change replaces along with the slots, and what a dropped ring
+    table leaves behind, since the counters do not belong to the table."""
+    q = dialect.quote
+    if dialect.supports_storage_parameters:
+        return [f"DROP SEQUENCE IF EXISTS {q(spec.push_seq)}, {q(spec.pop_seq)}"]
+    return [f"DROP TABLE IF EXISTS {q(t)}" for t in (spec.push_seq, spec.pop_seq)]
