@@ -58,22 +58,23 @@ class UnsupportedDatabase(DBQueueError):
 class QueueFull(DBQueueError):
     """A ring queue had no free slot for ``push_timeout``: its consumers are behind or stopped.
 
-    Nothing of the rejected messages was stored. ``pushed`` lists the ids of the messages of the
-    same ``push_many`` call that were stored before the ring filled up (in input order), and
-    ``remaining`` how many were not.
+    ``pushed`` has one entry per message of the call, in input order: its id if it was stored,
+    None if not (within a batch a later message can land while an earlier one waits, so the
+    stored ones are not always a prefix). Outside a transaction the stored ones are committed;
+    nothing else of the call was written. ``remaining`` counts the Nones.
     """
 
-    def __init__(self, table: str, capacity: int, pushed: list[int], remaining: int, why: str):
+    def __init__(self, table: str, capacity: int, pushed: list[int | None], why: str) -> None:
         self.pushed = pushed
-        self.remaining = remaining
+        self.remaining = sum(1 for i in pushed if i is None)
+        stored = [i for i in pushed if i is not None]
         done = (
-            f"; {len(pushed)} message(s) of this call were pushed: ids {pushed[:10]}"
-            + ("..." if len(pushed) > 10 else "")
-            if pushed
+            f"; {len(stored)} message(s) of this call were pushed (QueueFull.pushed says which)"
+            if stored
             else ""
         )
         super().__init__(
-            f"ring queue {table!r} is full ({capacity} slots): {remaining} message(s) not "
+            f"ring queue {table!r} is full ({capacity} slots): {self.remaining} message(s) not "
             f"pushed, {why}{done}. Start more workers, raise push_timeout, or give the queue a "
             f"larger capacity"
         )

@@ -172,10 +172,11 @@ class RingQueue(Layout):
             try:
                 ids.extend(self._push_all(ex, encoded[start : start + size]))
             except QueueFull as exc:
+                rest = len(encoded) - len(ids) - len(exc.pushed)
+                pushed = [*ids, *exc.pushed, *([None] * rest)]
                 raise QueueFull(
-                    self.spec.table, self.capacity, ids + exc.pushed,
-                    len(encoded) - len(ids) - len(exc.pushed), "after waiting push_timeout",
-                ) from None  # fmt: skip
+                    self.spec.table, self.capacity, pushed, "after waiting push_timeout"
+                ) from None
         if ids:
             self._wake(ex)
         return ids
@@ -198,14 +199,13 @@ class RingQueue(Layout):
                 waiting and not self._sequences
             ):
                 if time.monotonic() >= deadline or not self._may_wait(ex):
-                    pushed = [n for n in ids if n is not None]
                     why = (
                         "and SQLite cannot wait inside a transaction (no popper can run while "
                         "it holds the write lock)"
                         if not self._may_wait(ex)
                         else "after waiting push_timeout"
                     )
-                    raise QueueFull(self.spec.table, self.capacity, pushed, len(waiting), why)
+                    raise QueueFull(self.spec.table, self.capacity, ids, why)
                 time.sleep(pause)
                 pause = min(pause * 2, _WAIT_MAX)
             pending = waiting

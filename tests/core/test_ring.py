@@ -200,7 +200,7 @@ def test_full_ring_raises_queue_full_and_keeps_what_it_holds(bed: RingBed) -> No
     bed.queue.push_many(bed.ex, [{"n": i} for i in range(4)])
     with pytest.raises(QueueFull, match="is full") as err:
         bed.queue.push(bed.ex, {"n": 99})
-    assert (err.value.pushed, err.value.remaining) == ([], 1)
+    assert (err.value.pushed, err.value.remaining) == ([None], 1)
     assert numbers(bed, 10, mode="at_most_once") == [0, 1, 2, 3]
 
 
@@ -208,7 +208,7 @@ def test_push_many_beyond_the_free_slots_says_what_was_pushed(bed: RingBed) -> N
     bed.queue.push_many(bed.ex, [{"n": 0}, {"n": 1}])
     with pytest.raises(QueueFull) as err:
         bed.queue.push_many(bed.ex, [{"n": i} for i in range(2, 6)], batch_size=1)
-    assert err.value.pushed == [2, 3]
+    assert err.value.pushed == [2, 3, None, None]
     assert err.value.remaining == 2
 
 
@@ -341,6 +341,28 @@ def test_a_dead_poppers_message_is_stranded_then_pushed_again(pg_bed: RingBed) -
     assert result.ready == 1
     (m,) = pg_bed.queue.pop_batch(pg_bed.ex, 5)
     assert (m.payload["n"], m.id) == (0, 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_ring_full_of_expired_leases_is_swept_in_place(
+    backend: str, request: pytest.FixtureRequest, table_name: str
+) -> None:
+    with ring_bed(backend, request, table_name) as bed:
+        bed.queue.push_many(bed.ex, [{"n": i} for i in range(4)])
+        assert len(bed.queue.pop_batch(bed.ex, 4)) == 4
+        bed.expire_leases()
+        assert bed.queue.rescue(bed.ex).ready == 4  # no free slot: renumbered where they are
+        assert [m.id for m in bed.queue.pop_batch(bed.ex, 4)] == [4, 5, 6, 7]
+        assert_laps(bed)
+
+
+def test_a_ring_full_of_stranded_messages_is_swept_in_place(pg_bed: RingBed) -> None:
+    for _ in range(4):
+        pg_bed.dead_popper()
+    pg_bed.queue.push_many(pg_bed.ex, [{"n": i} for i in range(4)])
+    assert pg_bed.queue.pop_batch(pg_bed.ex, 4) == []
+    assert pg_bed.queue.rescue(pg_bed.ex).ready == 4
+    assert numbers(pg_bed, 4) == [0, 1, 2, 3]
 
 
 def test_a_hole_whose_popper_died_too_is_swept(pg_bed: RingBed) -> None:

@@ -245,23 +245,24 @@ WITH lock AS (
     WHERE v.state = 2 AND v.attempts >= %(max_attempts)s
     RETURNING id
 ), moves AS (
-    -- No more numbers than free slots: in a full ring each would only become a hole.
     SELECT nextval({push_seq}) AS p, v.*
     FROM (SELECT * FROM victims AS v
-          WHERE NOT (v.state = 2 AND v.attempts >= %(max_attempts)s) ORDER BY v.seq
-          LIMIT (SELECT count(*) FROM {ring} WHERE state = 0)) AS v
+          WHERE NOT (v.state = 2 AND v.attempts >= %(max_attempts)s) ORDER BY v.seq) AS v
 ), placed AS (
+    -- Into the new number's slot if it is free, or in place when the new number is the next
+    -- lap of the victim's own slot: in a ring full of stranded messages no slot is free, and
+    -- the oldest victims draw exactly those numbers.
     UPDATE {ring} AS t
     SET seq = m.p, state = 1, attempts = m.attempts, pushed_at = statement_timestamp(),
         lease_until = NULL,
         last_error = CASE WHEN m.state = 2 THEN %(error)s ELSE m.last_error END{set_m}
     FROM moves AS m
-    WHERE t.slot = mod(m.p, %(capacity)s::bigint) AND t.state = 0
-      AND t.seq = m.p - %(capacity)s::bigint
-    RETURNING m.slot AS src
+    WHERE t.slot = mod(m.p, %(capacity)s::bigint) AND t.seq = m.p - %(capacity)s::bigint
+      AND (t.state = 0 OR t.slot = m.slot)
+    RETURNING m.slot AS src, t.slot AS dst
 ), freed AS (
     UPDATE {ring} AS t SET state = 0, lease_until = NULL
-    WHERE t.slot IN (SELECT src FROM placed)
+    WHERE t.slot IN (SELECT src FROM placed WHERE src <> dst)
        OR t.slot IN (SELECT mod(id, %(capacity)s::bigint) FROM dead)
     RETURNING t.slot
 )
@@ -269,25 +270,34 @@ SELECT (SELECT count(*) FROM placed), (SELECT count(*) FROM dead), (SELECT count
        (SELECT count(*) FROM freed);
 
 -- ring_sweep_holes --
--- Holes whose popper died too: an empty slot still waiting for number x = seq + C although x
--- was handed to a pusher and to a popper, and a later message landed more than hole_timeout
--- ago (so pusher x has held its number at least that long). Same lock as ring_sweep.
+-- Holes no popper marks (its popper died, or sits idle holding the claim). An empty slot is
+-- advanced to the number it awaits when a later message landed more than hole_timeout ago (so
+-- that number's pusher has held it at least that long), and in any case to the last lap
+-- before the push sequence's current one: every number in between was handed to a pusher
+-- more than a lap ago and never written. Marking is always safe: a pusher whose number was
+-- marked fails its condition and takes a new one, and a slot locked by a push in flight is
+-- skipped. Same lock as ring_sweep.
 WITH lock AS (
     SELECT pg_try_advisory_xact_lock(%(lock_key)s) AS got
+), nxt AS (
+    SELECT {_push_next} - %(capacity)s::bigint - 1 AS last
 ), bound AS (
     SELECT max(seq) AS b FROM {ring}
     WHERE pushed_at < statement_timestamp() - %(hole_timeout)s::interval
 ), holes AS (
-    SELECT t.slot, t.seq + %(capacity)s::bigint AS q FROM {ring} AS t
+    SELECT t.slot, GREATEST(
+        n.last - mod(mod(n.last - t.slot, %(capacity)s::bigint) + %(capacity)s::bigint,
+                     %(capacity)s::bigint),
+        CASE WHEN t.seq + %(capacity)s::bigint < (SELECT b FROM bound)
+             THEN t.seq + %(capacity)s::bigint END) AS q
+    FROM {ring} AS t, nxt AS n
     WHERE (SELECT got FROM lock) AND t.state = 0
-      AND t.seq + %(capacity)s::bigint < (SELECT b FROM bound)
-      AND t.seq + %(capacity)s::bigint < {_pop_next}
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE {ring} AS t
 SET seq = holes.q, pushed_at = NULL
 FROM holes
-WHERE t.slot = holes.slot AND t.state = 0 AND t.seq = holes.q - %(capacity)s::bigint
+WHERE t.slot = holes.slot AND t.state = 0 AND holes.q > t.seq
 RETURNING t.seq;
 
 -- ring_retry --

@@ -113,17 +113,19 @@ ORDER BY seq
 LIMIT :n;
 
 -- ring_move --
--- One victim (:src) pushed again under the next number, if that number's slot is free.
+-- One victim (:src) pushed again under the next number, into that number's slot if it is
+-- free, or in place if the number is the next lap of the victim's own slot (a full ring).
 UPDATE {ring}
 SET (seq, state, attempts, pushed_at, lease_until, last_error{columns}) = (
     SELECT n.value, 1, s.attempts, :now, NULL,
            CASE WHEN s.state = 2 THEN :error ELSE s.last_error END{s_columns}
     FROM {ring} AS s, {push_seq_rel} AS n WHERE s.slot = :src)
-WHERE slot = (SELECT value FROM {push_seq_rel}) % :capacity AND state = 0
+WHERE slot = (SELECT value FROM {push_seq_rel}) % :capacity AND (state = 0 OR slot = :src)
   AND seq = (SELECT value FROM {push_seq_rel}) - :capacity
 RETURNING seq;
 UPDATE {ring} SET state = 0, lease_until = NULL
-WHERE slot = :src AND json_array_length(:ids) > 0;
+WHERE slot = :src AND json_array_length(:ids) > 0
+  AND slot <> (SELECT value FROM {push_seq_rel}) % :capacity;
 UPDATE {push_seq_rel} SET value = value + json_array_length(:ids);
 
 -- ring_bury --
