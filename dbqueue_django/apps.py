@@ -1,11 +1,11 @@
-"""App configuration: system checks and post-migrate table tuning."""
+"""App configuration: system checks, post-migrate table tuning and ring upkeep."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.apps import AppConfig
-from django.db.models.signals import post_migrate
+from django.db.models.signals import post_migrate, pre_migrate
 
 
 class DBQueueConfig(AppConfig):
@@ -17,11 +17,14 @@ class DBQueueConfig(AppConfig):
     def ready(self) -> None:
         from dbqueue_django import checks  # noqa: F401 - registers the checks
         from dbqueue_django.tuning import tune_tables
+        from dbqueue_django.upkeep import note_rings, restore_rings
 
         def _tune(sender: AppConfig, using: str, **kwargs: Any) -> None:
             tune_tables(sender, using)
 
         post_migrate.connect(_tune, weak=False, dispatch_uid="dbqueue_django.tune")
+        pre_migrate.connect(note_rings, weak=False, dispatch_uid="dbqueue_django.note_rings")
+        post_migrate.connect(restore_rings, weak=False, dispatch_uid="dbqueue_django.rings")
         self._register_admin()
 
     def _register_admin(self) -> None:

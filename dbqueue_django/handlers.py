@@ -25,7 +25,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
 if TYPE_CHECKING:
-    from dbqueue_django.models import QueueModel
+    from dbqueue_django.models import BaseQueueModel
 
 #: The batch a worker pops for a per-item handler: items are handled one after the other, and
 #: acked in one statement.
@@ -36,7 +36,7 @@ DEFAULT_BATCH_SIZE = 100
 class Handler:
     """A registered handler of one queue model."""
 
-    model: type[QueueModel]
+    model: type[BaseQueueModel]
     func: Callable[[Any], object]
     batch: bool
     batch_size: int
@@ -50,7 +50,7 @@ _HANDLERS: dict[type[Any], Handler] = {}
 
 
 def handler[F: Callable[..., object]](
-    model: type[QueueModel], *, batch: bool = False, batch_size: int | None = None
+    model: type[BaseQueueModel], *, batch: bool = False, batch_size: int | None = None
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``model``'s queue.
 
@@ -58,10 +58,12 @@ def handler[F: Callable[..., object]](
     ``batch=True``: called with the list of instances; an exception fails the whole batch.
     ``batch_size``: how many items a worker pops at a time (``--batch-size`` overrides it).
     """
-    from dbqueue_django.models import QueueModel
+    from dbqueue_django.models import is_queue_model
 
-    if not (isinstance(model, type) and issubclass(model, QueueModel)) or model._meta.abstract:
-        raise ImproperlyConfigured(f"@handler needs a concrete QueueModel subclass, got {model!r}")
+    if not is_queue_model(model):
+        raise ImproperlyConfigured(
+            f"@handler needs a concrete QueueModel or RingQueueModel subclass, got {model!r}"
+        )
     if not isinstance(batch, bool):
         raise ImproperlyConfigured(f"@handler(batch=...) must be a bool, got {batch!r}")
     size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size

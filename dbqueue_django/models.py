@@ -1,9 +1,14 @@
-"""``QueueModel``: one model declaration gives a queue's data table and its meta table."""
+"""Queue models: one declaration gives a queue's tables and ``Model.queue``.
+
+``QueueModel`` is a split queue (a data table and a meta table); ``RingQueueModel`` a ring queue
+(a table of ``capacity`` preallocated slots and a failed table). Both generate their companion
+model, so ``makemigrations`` writes every table into the project's own migrations.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 from django.apps import AppConfig, apps
 from django.db import models
@@ -14,6 +19,9 @@ from django.utils import timezone
 from dbqueue.message import State
 from dbqueue.spec import index_name
 from dbqueue_django.queue import QueueDescriptor
+from dbqueue_django.ring_model import RING_BASE_FIELDS, SLOT_STATES, RingQueueModelBase
+from dbqueue_django.ring_queue import RingDjangoQueue
+from dbqueue_django.spec import BASE_FIELDS
 
 if TYPE_CHECKING:
     from dbqueue_django.queue import DjangoQueue
@@ -86,7 +94,21 @@ class QueueModelBase(ModelBase):
         return cls  # type: ignore[no-any-return]
 
 
-class QueueModel(models.Model, metaclass=QueueModelBase):
+class BaseQueueModel(models.Model):
+    """What every queue model is: a split queue (:class:`QueueModel`) or a ring queue
+    (:class:`RingQueueModel`). Subclass one of those two."""
+
+    #: The core layout of the queue ("split" or "ring").
+    queue_layout: ClassVar[str]
+    #: The columns the layout's table has anyway: every other concrete field is payload.
+    queue_base_fields: ClassVar[frozenset[str]]
+    queue: ClassVar[DjangoQueue[Any]]
+
+    class Meta:
+        abstract = True
+
+
+class QueueModel(BaseQueueModel, metaclass=QueueModelBase):
     """Subclass this to declare a queue: the fields are the payload.
 
     ``class QueueOptions`` inside the model sets ``max_attempts``, ``lease``, ``backoff``,
@@ -97,6 +119,8 @@ class QueueModel(models.Model, metaclass=QueueModelBase):
     enqueued_at = models.DateTimeField(default=timezone.now, db_default=Now(), editable=False)
     last_error = models.TextField(null=True, blank=True, editable=False)  # noqa: DJ001
 
+    queue_layout = "split"
+    queue_base_fields = BASE_FIELDS
     queue: ClassVar[DjangoQueue[Any]] = QueueDescriptor()  # type: ignore[assignment]
     queue_meta_model: ClassVar[type[models.Model]]
 
@@ -107,15 +131,61 @@ class QueueModel(models.Model, metaclass=QueueModelBase):
         return f"{self._meta.verbose_name} #{self.pk}"
 
 
-def queue_models(app_configs: Iterable[AppConfig] | None = None) -> list[type[QueueModel]]:
-    """Every concrete queue model installed (in ``app_configs`` if given)."""
+class RingQueueModel(BaseQueueModel, metaclass=RingQueueModelBase):
+    """Subclass this to declare a ring queue: the fields are the payload, and
+    ``class QueueOptions`` must set ``capacity``, the number of slots.
+
+    A ring is a table of ``capacity`` preallocated slots that is only ever updated: FIFO,
+    bounded (a push into a full ring waits up to ``push_timeout``, then raises QueueFull) and
+    free of bloat. Messages that used their last attempt move to ``<Model>Failed``. Besides
+    the split queue's options, ``QueueOptions`` takes ``push_timeout``, ``hole_timeout`` and
+    ``stranded_after``; a ring has no priorities and no delays.
+
+    Rows of this model are slots: ``id`` is the number of the message a slot holds (or last
+    held), ``state`` says whether it is empty, ready, leased or waiting to be retried.
+    """
+
+    slot = models.IntegerField(primary_key=True, editable=False)
+    seq = models.BigIntegerField(editable=False)
+    state = models.SmallIntegerField(choices=SLOT_STATES, default=0, db_default=0, editable=False)
+    attempts = models.SmallIntegerField(default=0, db_default=0, editable=False)
+    pushed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    lease_until = models.DateTimeField(null=True, blank=True, editable=False)
+    last_error = models.TextField(null=True, blank=True, editable=False)  # noqa: DJ001
+
+    queue_layout = "ring"
+    queue_base_fields = RING_BASE_FIELDS
+    queue: ClassVar[RingDjangoQueue[Any]] = QueueDescriptor(RingDjangoQueue)  # type: ignore[assignment]
+    failed_model: ClassVar[type[models.Model]]
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self._meta.verbose_name} #{self.seq}"
+
+    @property
+    def id(self) -> int:
+        """The number of the message this slot holds (or last held)."""
+        return int(self.seq)
+
+
+def is_queue_model(model: object) -> TypeGuard[type[BaseQueueModel]]:
+    """True for a concrete queue model of either kind."""
+    return (
+        isinstance(model, type) and issubclass(model, BaseQueueModel) and not model._meta.abstract
+    )
+
+
+def queue_models(app_configs: Iterable[AppConfig] | None = None) -> list[type[BaseQueueModel]]:
+    """Every concrete queue model installed, split and ring (in ``app_configs`` if given)."""
     configs = list(app_configs) if app_configs is not None else list(apps.get_app_configs())
-    return [
-        m
-        for config in configs
-        for m in config.get_models()
-        if issubclass(m, QueueModel) and not m._meta.abstract
-    ]
+    return [m for config in configs for m in config.get_models() if is_queue_model(m)]
+
+
+def ring_models(app_configs: Iterable[AppConfig] | None = None) -> list[type[RingQueueModel]]:
+    """Every concrete ring queue model installed (in ``app_configs`` if given)."""
+    return [m for m in queue_models(app_configs) if issubclass(m, RingQueueModel)]
 
 
 class QueueOverview(models.Model):

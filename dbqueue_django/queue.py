@@ -1,42 +1,49 @@
-"""``Model.queue``: the queue API of a queue model, over the core's split queue."""
+"""``Model.queue``: the queue API of a queue model, over the core queue of its layout (the
+split queue here; :mod:`dbqueue_django.ring_queue` binds the ring queue)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from django.db import models, router
 
 from dbqueue.message import DeliveryMode, Message, RescueResult, State
 from dbqueue.split import SplitQueue, TokenLike
+from dbqueue.worker_queue import AnyQueue
 from dbqueue_django.executor import DjangoExecutor
 from dbqueue_django.spec import payload_fields, spec_for_model
 
 if TYPE_CHECKING:
     from dbqueue.spec import QueueSpec
-    from dbqueue_django.models import QueueModel
+    from dbqueue_django.models import BaseQueueModel
 
 
-#: SplitQueue per (model, dialect): rendering SQL and building codecs happens once per process.
-_CORES: dict[tuple[type[models.Model], str], SplitQueue] = {}
+#: The core queue per (model, alias, dialect): rendering SQL and building codecs happens once
+#: per process, and a ring's pending pop claims (numbers of one database's pop sequence) are
+#: shared by every thread that pops that ring in that database, and never by another database.
+_CORES: dict[tuple[type[models.Model], str, str], AnyQueue] = {}
 
 
-class DjangoQueue[M: "QueueModel"]:
+class DjangoQueue[M: "BaseQueueModel"]:
     """The queue of one model on one database alias (the router's choice unless ``using``).
 
     Every operation runs one core statement on Django's connection for the alias, so it joins
     the transaction the caller has open (``transaction.atomic()``).
     """
 
+    #: The core queue class of the layout.
+    layout: ClassVar[type[AnyQueue]] = SplitQueue
+
     def __init__(self, model: type[M], alias: str | None = None) -> None:
         self.model = model
         self._alias = alias
 
-    def using(self, alias: str) -> DjangoQueue[M]:
+    def using(self, alias: str) -> Self:
         """The same queue on another database alias."""
-        return DjangoQueue(self.model, alias)
+        return type(self)(self.model, alias)
 
     @property
     def alias(self) -> str:
@@ -47,17 +54,17 @@ class DjangoQueue[M: "QueueModel"]:
         """The validated core spec (raises InvalidSpec for a bad declaration)."""
         return spec_for_model(self.model)
 
-    def _bind(self) -> tuple[SplitQueue, DjangoExecutor]:
+    def _bind(self) -> tuple[AnyQueue, DjangoExecutor]:
         # An executor per call: Django connections are per thread, so one cannot be cached.
         ex = DjangoExecutor(self.alias)
-        key = (self.model, ex.dialect.name)
+        key = (self.model, ex.alias, ex.dialect.name)
         core = _CORES.get(key)
         if core is None:
-            core = _CORES[key] = SplitQueue(self.spec, ex.dialect)
+            core = _CORES[key] = self.layout(self.spec, ex.dialect)
         return core, ex
 
     @property
-    def core(self) -> SplitQueue:
+    def core(self) -> AnyQueue:
         """The core queue behind this one, for this alias's database (used by the worker)."""
         return self._bind()[0]
 
@@ -94,19 +101,22 @@ class DjangoQueue[M: "QueueModel"]:
         attnames, columns = self._columns
         out = []
         for m in messages:
-            row = {
-                **m.payload,
-                "id": m.id,
-                "enqueued_at": m.enqueued_at,
-                "last_error": m.last_error,
-            }
+            row = self._row(m)
             obj = self.model.from_db(alias, attnames, [row[c] for c in columns])
-            obj.attempts = m.attempts  # type: ignore[attr-defined]
-            obj.priority = m.priority  # type: ignore[attr-defined]
-            obj.run_at = m.run_at  # type: ignore[attr-defined]
-            obj.lease_until = m.lease_until  # type: ignore[attr-defined]
+            self._annotate(obj, m)
             out.append(obj)
         return out
+
+    def _row(self, m: Message) -> dict[str, Any]:
+        """The model's columns for a popped message."""
+        return {**m.payload, "id": m.id, "enqueued_at": m.enqueued_at, "last_error": m.last_error}
+
+    def _annotate(self, obj: M, m: Message) -> None:
+        """Set what a popped message has beyond the model's columns (its meta columns)."""
+        obj.attempts = m.attempts  # type: ignore[attr-defined]
+        obj.priority = m.priority  # type: ignore[attr-defined]
+        obj.run_at = m.run_at  # type: ignore[attr-defined]
+        obj.lease_until = m.lease_until  # type: ignore[attr-defined]
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -200,9 +210,14 @@ class DjangoQueue[M: "QueueModel"]:
         return core.rescue(ex, batch=batch)
 
     def stats(self) -> dict[str, Any]:
-        """Counts per state and ``oldest_ready_age`` (a timedelta, or None)."""
+        """Counts per state and ``oldest_ready_age`` (a timedelta, or None); for a ring also
+        ``capacity`` and ``occupancy`` (the share of slots holding a message)."""
         core, ex = self._bind()
-        return core.stats(ex).as_dict()
+        stats = core.stats(ex)
+        counts = stats.as_dict()
+        if stats.capacity is not None:
+            counts["occupancy"] = stats.occupancy
+        return counts
 
     def purge(self, state: State | str | int | None = None) -> int:
         """Delete every item in ``state`` ("ready", "leased", "done", "failed"; None: all)."""
@@ -240,9 +255,12 @@ class DjangoQueue[M: "QueueModel"]:
 class QueueDescriptor:
     """``Model.queue``: a :class:`DjangoQueue` for the model it is read from."""
 
-    def __get__[M: QueueModel](self, instance: object, owner: type[M]) -> DjangoQueue[M]:
+    def __init__(self, factory: type[DjangoQueue[Any]] = DjangoQueue) -> None:
+        self.factory = factory
+
+    def __get__[M: BaseQueueModel](self, instance: object, owner: type[M]) -> DjangoQueue[M]:
         queue = owner.__dict__.get("_dbqueue_queue")
         if queue is None:
-            queue = DjangoQueue(owner)
+            queue = self.factory(owner)
             type.__setattr__(owner, "_dbqueue_queue", queue)
         return queue

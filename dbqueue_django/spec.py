@@ -1,4 +1,9 @@
-"""From a Django model to the core's QueueSpec: field kinds, options, defaults."""
+"""From a Django model to the core's QueueSpec: field kinds, options, defaults.
+
+A split queue (``QueueModel``) takes its payload from the model's own fields; a ring queue
+(``RingQueueModel``) from its generated failed model's, which keep the nullability declared
+(the slot table's payload columns are all nullable: an empty slot holds no message).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from dbqueue.errors import InvalidSpec
 from dbqueue.spec import NO_DEFAULT, Field, FieldKind, QueueOptions, QueueSpec
 
 if TYPE_CHECKING:
-    from dbqueue_django.models import QueueModel
+    from dbqueue_django.models import BaseQueueModel
 
 #: Django's internal field types and the kinds they store.
 KINDS: dict[str, FieldKind] = {
@@ -36,14 +41,23 @@ KINDS: dict[str, FieldKind] = {
     "BinaryField": FieldKind.BYTES,
     "UUIDField": FieldKind.UUID,
 }
-#: The columns every queue model has; they are not payload.
+#: The columns every split queue model has; they are not payload.
 BASE_FIELDS = frozenset({"id", "enqueued_at", "last_error"})
 OPTION_NAMES = frozenset(QueueOptions.__dataclass_fields__) - {"aware_datetimes"}
+#: The options that only a ring queue has (capacity is also required there).
+RING_OPTIONS = frozenset({"capacity", "push_timeout", "hole_timeout", "stranded_after"})
 
 
-def payload_fields(model: type[QueueModel]) -> list[models.Field[Any, Any]]:
-    """The model's own concrete fields, in column order."""
-    return [f for f in model._meta.concrete_fields if f.name not in BASE_FIELDS]
+def payload_fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:
+    """The model's own concrete fields, in column order: every field but the columns its kind
+    of queue table has anyway (``queue_base_fields``)."""
+    base = getattr(model, "queue_base_fields", BASE_FIELDS)
+    return [f for f in model._meta.concrete_fields if f.name not in base]
+
+
+def is_ring(model: type[models.Model]) -> bool:
+    """True for a ring queue model (``RingQueueModel``), False for a split one."""
+    return getattr(model, "queue_layout", "split") == "ring"
 
 
 def _kind(f: models.Field[Any, Any]) -> FieldKind:
@@ -78,29 +92,48 @@ def to_field(f: models.Field[Any, Any]) -> Field:
     )
 
 
-def options_of(model: type[QueueModel]) -> QueueOptions:
-    """QueueOptions from the model's inner ``class QueueOptions`` (every attribute optional)."""
+def options_of(model: type[BaseQueueModel]) -> QueueOptions:
+    """QueueOptions from the model's inner ``class QueueOptions``: every attribute optional,
+    except ``capacity`` for a ring queue; the ring's options are refused on a split queue."""
     declared = getattr(model, "QueueOptions", None)
     values = {k: v for k, v in vars(declared).items() if not k.startswith("_")} if declared else {}
+    label = model._meta.label
     unknown = sorted(set(values) - OPTION_NAMES)
     if unknown:
         raise InvalidSpec(
-            f"{model._meta.label}.QueueOptions: unknown option(s) {', '.join(unknown)}; "
+            f"{label}.QueueOptions: unknown option(s) {', '.join(unknown)}; "
             f"known: {', '.join(sorted(OPTION_NAMES))}"
+        )
+    ring_only = sorted(set(values) & RING_OPTIONS)
+    if not is_ring(model) and ring_only:
+        raise InvalidSpec(
+            f"{label}.QueueOptions: {', '.join(ring_only)} "
+            f"{'is an option' if len(ring_only) == 1 else 'are options'} of ring queues only; "
+            f"subclass dbqueue_django.models.RingQueueModel for a bounded ring of preallocated "
+            f"slots, or remove it from this QueueModel"
+        )
+    if is_ring(model) and values.get("capacity") is None:
+        raise InvalidSpec(
+            f"{label}.QueueOptions: a ring queue needs capacity = <number of slots>, the most "
+            f"messages it holds at once (its table is preallocated with that many rows)"
         )
     backoff = values.get("backoff")
     if backoff is not None and not isinstance(backoff, Backoff):
-        raise InvalidSpec(f"{model._meta.label}.QueueOptions.backoff must be a dbqueue.Backoff")
+        raise InvalidSpec(f"{label}.QueueOptions.backoff must be a dbqueue.Backoff")
     lease = values.get("lease", timedelta(seconds=60))
     if not isinstance(lease, timedelta):
-        raise InvalidSpec(f"{model._meta.label}.QueueOptions.lease must be a timedelta")
-    return QueueOptions(**values, aware_datetimes=bool(settings.USE_TZ))
+        raise InvalidSpec(f"{label}.QueueOptions.lease must be a timedelta")
+    try:
+        return QueueOptions(**values, aware_datetimes=bool(settings.USE_TZ))
+    except InvalidSpec as exc:
+        raise InvalidSpec(f"{label}.QueueOptions: {exc}") from None
 
 
-def spec_for_model(model: type[QueueModel]) -> QueueSpec:
+def spec_for_model(model: type[BaseQueueModel]) -> QueueSpec:
     """Build and validate the QueueSpec of a queue model (raises InvalidSpec)."""
-    if model._meta.pk is None or model._meta.pk.name != "id":
-        raise InvalidSpec(f"{model._meta.label}: a queue model keeps the inherited 'id' key")
+    key = "slot" if is_ring(model) else "id"
+    if model._meta.pk is None or model._meta.pk.name != key:
+        raise InvalidSpec(f"{model._meta.label}: a queue model keeps the inherited {key!r} key")
     if model._meta.local_many_to_many:
         names = ", ".join(
             f"{f.name!r} ({type(f).__name__})" for f in model._meta.local_many_to_many
@@ -110,8 +143,42 @@ def spec_for_model(model: type[QueueModel]) -> QueueSpec:
             f"{model._meta.label}: many-to-many field(s) {names} cannot be part of a queue "
             f"payload; store the ids in a JSONField instead"
         )
-    fields = tuple(to_field(f) for f in payload_fields(model))
+    if is_ring(model):
+        check_ring_payload(model)
+        # The failed model's copies keep the declared nullability (see the module docstring).
+        source: type[models.Model] = model.failed_model  # type: ignore[attr-defined]
+    else:
+        source = model
+    fields = tuple(to_field(f) for f in payload_fields(source))
+    options = options_of(model)  # its errors name the model already
     try:
-        return QueueSpec(model._meta.db_table, fields, options_of(model))
+        return QueueSpec(model._meta.db_table, fields, options)
     except InvalidSpec as exc:
         raise InvalidSpec(f"{model._meta.label}: {exc}") from None
+
+
+def check_ring_payload(model: type[models.Model]) -> None:
+    """Refuse payload fields a ring table cannot hold: a slot is rewritten in place for every
+    message, so it has no relations, unique values or indexes of its own."""
+    label = model._meta.label
+    failed_base: frozenset[str] = model.failed_model.queue_base_fields  # type: ignore[attr-defined]
+    for f in payload_fields(model):
+        if f.is_relation:
+            raise InvalidSpec(
+                f"{label}: field {f.name!r} is a {type(f).__name__}; a ring queue's payload "
+                f"cannot hold a relation (a cascading delete would remove a slot, and a slot "
+                f"keeps stale values after its message is gone): store the key in an "
+                f"IntegerField or BigIntegerField"
+            )
+        if f.unique or getattr(f, "db_index", False):
+            option = "unique=True" if f.unique else "db_index=True"
+            raise InvalidSpec(
+                f"{label}: field {f.name!r} has {option}; a ring slot is rewritten in place "
+                f"for every message, so its payload columns take no unique constraint or index "
+                f"(an index would also stop PostgreSQL's HOT updates): remove {option}"
+            )
+        if f.name in failed_base:
+            raise InvalidSpec(
+                f"{label}: field {f.name!r} uses a name the failed table needs "
+                f"({', '.join(sorted(failed_base))})"
+            )

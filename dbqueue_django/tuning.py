@@ -2,7 +2,8 @@
 
 Django migrations cannot express per-table storage parameters (fillfactor, autovacuum
 thresholds); setting them after migrate is idempotent and cheap, and keeps them right even for
-tables created before a parameter was introduced.
+tables created before a parameter was introduced. (A ring's migration sets its own when it
+preallocates the slots; they are applied again here for the same reason.)
 """
 
 from __future__ import annotations
@@ -10,11 +11,21 @@ from __future__ import annotations
 from django.apps import AppConfig
 from django.db import connections, router
 
+from dbqueue.dialects.base import Dialect
 from dbqueue.errors import InvalidSpec, UnsupportedDatabase
-from dbqueue.schema import tuning_statements
+from dbqueue.schema import ring_tuning_statements, tuning_statements
+from dbqueue.spec import QueueSpec
 from dbqueue_django.executor import dialect_for
 from dbqueue_django.models import queue_models
-from dbqueue_django.spec import spec_for_model
+from dbqueue_django.spec import is_ring, spec_for_model
+
+
+def _statements(spec: QueueSpec, dialect: Dialect, ring: bool, existing: set[str]) -> list[str]:
+    if ring:
+        return ring_tuning_statements(spec, dialect) if spec.table in existing else []
+    if spec.table in existing and spec.meta_table in existing:
+        return tuning_statements(spec, dialect)
+    return []
 
 
 def tune_tables(app_config: AppConfig, using: str) -> None:
@@ -36,6 +47,5 @@ def tune_tables(app_config: AppConfig, using: str) -> None:
                 spec = spec_for_model(model)
             except InvalidSpec:
                 continue  # reported by the system check
-            if spec.table in existing and spec.meta_table in existing:
-                for statement in tuning_statements(spec, dialect):
-                    cursor.execute(statement)
+            for statement in _statements(spec, dialect, is_ring(model), existing):
+                cursor.execute(statement)

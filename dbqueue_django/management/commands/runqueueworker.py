@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dbqueue.errors import DBQueueError
 from dbqueue_django.handlers import Handler, autodiscover, handlers
-from dbqueue_django.models import QueueModel
+from dbqueue_django.models import is_queue_model
 from dbqueue_django.worker import build_worker
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -103,8 +103,10 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"{label!r} is not an installed model (app_label.Model)"
                 ) from None
-            if not issubclass(model, QueueModel):
-                raise CommandError(f"{label!r} is not a queue model (a QueueModel subclass)")
+            if not is_queue_model(model):
+                raise CommandError(
+                    f"{label!r} is not a queue model (a QueueModel or RingQueueModel subclass)"
+                )
             found = registered.get(model)
             if found is None:
                 raise CommandError(

@@ -1,0 +1,80 @@
+"""``Model.queue`` of a ring queue model: :class:`DjangoQueue` over the core's ring queue.
+
+The operations are the split queue's (``push``, ``pop_batch`` in all three delivery modes,
+``ack``, ``fail``, ``extend``, ``rescue`` = the sweeper, ...). What differs is how a popped
+message becomes a model instance (a row of the slot table, ``id`` = its number) and where
+messages are listed: ``items()`` are slots holding a message, ``failed()`` the failed model.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+
+from dbqueue.errors import InvalidArgument
+from dbqueue.message import Message, State
+from dbqueue.ring import RingQueue
+from dbqueue_django.queue import DjangoQueue
+from dbqueue_django.ring_model import EMPTY, LEASED, READY, RETRYING
+
+if TYPE_CHECKING:
+    from dbqueue_django.models import RingQueueModel
+
+#: The states ``items()`` filters by, as slot states.
+ITEM_STATES = {"ready": READY, "leased": LEASED, "retrying": RETRYING}
+
+
+class RingDjangoQueue[M: "RingQueueModel"](DjangoQueue[M]):
+    """The queue of one ring model on one database alias (see :class:`DjangoQueue`).
+
+    Pushes wait up to ``push_timeout`` for a free slot, then raise
+    :class:`~dbqueue.errors.QueueFull`; ``priority=`` and ``delay=`` are refused (a ring
+    delivers in push order).
+    """
+
+    layout = RingQueue
+
+    def _row(self, m: Message) -> dict[str, Any]:
+        capacity = self.spec.options.capacity
+        assert capacity is not None  # a ring spec always has one
+        return {
+            **m.payload,
+            "slot": m.id % capacity,
+            "seq": m.id,
+            # A leased message keeps its slot; an at-most-once or transactional pop empties it.
+            "state": LEASED if m.lease_until is not None else EMPTY,
+            "attempts": m.attempts,
+            "pushed_at": m.enqueued_at,
+            "lease_until": m.lease_until,
+            "last_error": m.last_error,
+        }
+
+    def _annotate(self, obj: M, m: Message) -> None:
+        """Nothing to add: attempts and lease_until are columns of the slot table."""
+
+    def check(self) -> None:
+        """Raise RingCapacityMismatch unless the table has exactly ``capacity`` slots."""
+        core, ex = self._bind()
+        assert isinstance(core, RingQueue)
+        core.check(ex)
+
+    def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:
+        """The slots holding a message, in push order; ``state`` is "ready", "leased" or
+        "retrying" (failed messages are in :meth:`failed`)."""
+        queryset = self.model._default_manager.using(self.alias).exclude(state=EMPTY)
+        if state is not None:
+            name = state.lower() if isinstance(state, str) else State(state).name.lower()
+            if name not in ITEM_STATES:
+                raise InvalidArgument(
+                    f"a ring queue's slots are {', '.join(ITEM_STATES)}; got {state!r} (failed "
+                    f"messages are in the failed table: Model.queue.failed())"
+                )
+            queryset = queryset.filter(state=ITEM_STATES[name])
+        return queryset.order_by("seq")
+
+    def failed(self) -> models.QuerySet[Any]:
+        """The messages that used their last attempt (the ``<Model>Failed`` rows), newest
+        first, with ``last_error``, ``attempts`` and ``failed_at``."""
+        manager = self.model.failed_model._default_manager
+        return manager.using(self.alias).order_by("-failed_at", "-id")

@@ -1,0 +1,155 @@
+"""``RingSlots``: a ring queue's preallocated slots and counters in Django migrations.
+
+Django's migrations know tables, columns, indexes and constraints, not rows or sequences. A ring
+table is useless without its ``capacity`` slot rows and its push and pop counters, and
+``makemigrations`` must write them into the project's own migrations with no hand-written
+operation. So ``RingQueueModel`` adds this index to the model's ``Meta.indexes``:
+
+* its SQL is the core's (:func:`dbqueue.schema.ring_slot_statements`): the counters (PostgreSQL
+  sequences, SQLite one-row tables), the slot rows, and the storage parameters (PostgreSQL) or
+  the index on ``seq`` (SQLite, where it is this very index);
+* it deconstructs with its ``capacity``, so changing the capacity makes the autodetector write
+  ``RemoveIndex`` + ``AddIndex``: the old slots are removed (only from an empty ring, else
+  :class:`RingNotEmpty`) and the new ones preallocated, their numbers continuing above every
+  number the counters ever handed out. Migrating backwards runs the same two steps the other
+  way.
+
+Numbering continues rather than restarting so that the protocol's invariants hold across the
+change: slot ``mod(p, C)`` holds ``p - C`` for the first number ``p`` it will receive, both
+counters start at the same number, and no new message takes the number of one still in the
+failed table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.core.management.color import no_style
+from django.db import models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.backends.ddl_references import Statement
+
+from dbqueue.errors import DBQueueError, QueueTableMissing
+from dbqueue.ring import RingQueue
+from dbqueue.schema import drop_ring_counter_statements, ring_slot_statements
+from dbqueue.spec import QueueOptions, QueueSpec, index_name
+from dbqueue_django.executor import DjangoExecutor, dialect_for
+
+#: The purpose part of the index's name: ``dbq_<hash of the table>_seq``, the name the core
+#: gives the ring's ``seq`` index on SQLite.
+PURPOSE = "seq"
+
+
+class RingNotEmpty(DBQueueError):
+    """A ring's slots cannot be replaced (a capacity change) while it holds messages."""
+
+
+class RingSlots(models.Index):
+    """The slots, counters and storage settings of a ring table (see the module docstring)."""
+
+    def __init__(self, *, capacity: int, name: str) -> None:
+        super().__init__(fields=["seq"], name=name)
+        self.capacity = capacity
+
+    @classmethod
+    def for_table(cls, table: str, capacity: int) -> RingSlots:
+        """The index of the ring table ``table`` holding ``capacity`` slots."""
+        return cls(capacity=capacity, name=index_name(table, PURPOSE))
+
+    def deconstruct(self) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+        path, _, _ = super().deconstruct()
+        return path, (), {"capacity": self.capacity, "name": self.name}
+
+    def spec(self, model: type[models.Model]) -> QueueSpec:
+        """The core spec of ``model``'s ring as far as its tables go (no payload needed)."""
+        return QueueSpec(model._meta.db_table, (), QueueOptions(capacity=self.capacity))
+
+    def _copied(self, model: type[models.Model]) -> bool:
+        # SQLite changes a table by creating "new__<table>", copying the rows and renaming it:
+        # the slots come along with the rows and the counters are left alone, so only the
+        # index on seq is built again, as Django builds its own indexes on the copy.
+        return self.name != index_name(model._meta.db_table, PURPOSE)
+
+    def create_sql(
+        self,
+        model: type[models.Model],
+        schema_editor: BaseDatabaseSchemaEditor,
+        using: str = "",
+        **kwargs: Any,
+    ) -> Statement:
+        if self._copied(model):
+            return super().create_sql(model, schema_editor, using=using, **kwargs)
+        statements = fill_statements(schema_editor.connection, self.spec(model))
+        return Statement("%(sql)s", sql=run_all_but_last(schema_editor, statements))
+
+    def remove_sql(
+        self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor, **kwargs: Any
+    ) -> str:
+        connection = schema_editor.connection
+        table = model._meta.db_table
+        if not schema_editor.collect_sql:  # sqlmigrate only shows the SQL
+            check_empty(connection, self.spec(model))
+        statements = list(connection.ops.sql_flush(no_style(), [table], reset_sequences=False))
+        with connection.cursor() as cursor:
+            if self.name in connection.introspection.get_constraints(cursor, table):
+                statements.append(str(super().remove_sql(model, schema_editor, **kwargs)))
+        # The counters stay: create_sql reads the next number from them, then replaces them.
+        return run_all_but_last(schema_editor, statements)
+
+
+def run_all_but_last(schema_editor: BaseDatabaseSchemaEditor, statements: list[str]) -> str:
+    """Run every statement but the last through the schema editor, which runs (or defers) the
+    last one it gets back: Django runs one statement per index, SQLite one per call, and
+    ``sqlmigrate`` then lists all of them in order."""
+    *first, last = statements
+    for statement in first:
+        schema_editor.execute(statement, params=None)
+    return last
+
+
+def next_number(connection: BaseDatabaseWrapper, spec: QueueSpec) -> int:
+    """The first number above every number the ring's counters handed out; 0 for a ring that
+    has no counters (or no tables) yet.
+
+    The core's ``ring_stats`` statement reads both counters (its last two columns): the pop
+    counter may run a little ahead of the push counter, so the larger one is taken.
+    """
+    dialect = dialect_for(connection)
+    stats = RingQueue(spec, dialect).statements["ring_stats"].parts[0]
+    params = {"now": dialect.time_param(dt.datetime.now(dt.UTC))} if dialect.client_clock else {}
+    try:
+        # A savepoint: a missing relation must not abort the migration's transaction.
+        with transaction.atomic(using=connection.alias):
+            row = DjangoExecutor(connection.alias).execute(stats, params)[0]
+    except QueueTableMissing:
+        return 0
+    return max(int(row[-2]), int(row[-1]))
+
+
+def fill_statements(connection: BaseDatabaseWrapper, spec: QueueSpec) -> list[str]:
+    """The statements that give an empty ring table its slots and new counters, numbered on
+    from the old counters if there are any (a capacity change), from 0 otherwise."""
+    dialect = dialect_for(connection)
+    start = next_number(connection, spec)
+    return [
+        *drop_ring_counter_statements(spec, dialect),
+        *ring_slot_statements(spec, dialect, start=start),
+    ]
+
+
+def check_empty(connection: BaseDatabaseWrapper, spec: QueueSpec) -> None:
+    """Raise :class:`RingNotEmpty` unless the ring holds no message (ready, leased or waiting
+    to be retried; the failed table does not count)."""
+    stats = RingQueue(spec, dialect_for(connection)).stats(DjangoExecutor(connection.alias))
+    held = stats.ready + stats.leased + stats.scheduled
+    if held:
+        raise RingNotEmpty(
+            f"ring queue {spec.table!r} holds {held} message(s) ({stats.ready} ready, "
+            f"{stats.leased} leased, {stats.scheduled} waiting to be retried): its "
+            f"{stats.capacity} slots can only be replaced (a capacity change) while it is "
+            f"empty. Nothing was changed. Drain it first: stop its producers, let the workers "
+            f"empty it (manage.py runqueueworker <app_label.Model> --burst), then run migrate "
+            f"again (see the ring queue how-to)"
+        )
