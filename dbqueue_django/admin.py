@@ -1,69 +1,47 @@
 """The Django admin for queues: every queue model appears under its app with no ``admin.py``
 of yours, plus a "Queue overview" page listing every queue.
 
-Each queue's list shows the counts per state and the age of the oldest ready item, filters by
-state, and offers three actions: **Retry** (failed items back to ready, attempts reset),
-**Delete** (both tables), and **Set priority**. The detail page shows the payload, the meta
-columns and the last error's traceback, read-only. Actions need the model's change or delete
-permission; the overview lists only the queues the user may view.
+A split queue's list shows the counts per state and the age of the oldest ready item, filters
+by state, and offers three actions: **Retry** (failed items back to ready, attempts reset),
+**Delete** (both tables), and **Set priority**. A ring queue's list shows its occupancy and the
+messages in its slots; its failed messages have a list of their own, with **Retry** (pushed
+again at the tail) and **Delete** (see :mod:`dbqueue_django.ring_admin`). Detail pages show the
+payload, the queue columns and the last error's traceback, read-only. Actions need the model's
+change or delete permission; the overview lists only the queues the user may view.
 
-To customise, subclass :class:`QueueModelAdmin` and register it yourself: a queue model that
-is already registered is left alone.
+To customise, subclass :class:`QueueModelAdmin` (or the ring admins) and register it yourself:
+a model that is already registered is left alone.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
-from django.contrib.admin.utils import display_for_value
 from django.core.exceptions import PermissionDenied
-from django.db import models
 from django.db.models import F, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
-from django.utils.html import format_html
 
 from dbqueue.errors import InvalidArgument
 from dbqueue.message import State
-from dbqueue_django.models import QueueModel, QueueOverview, queue_models
+from dbqueue_django.admin_common import (
+    LIST_PAYLOAD_FIELDS,
+    Count,
+    QueueTableAdmin,
+    changelist_url_for,
+    display_time,
+    format_age,
+    with_age,
+)
+from dbqueue_django.models import BaseQueueModel, QueueOverview, RingQueueModel, queue_models
+from dbqueue_django.ring_admin import RingFailedAdmin, RingQueueModelAdmin, ring_overview
 from dbqueue_django.spec import payload_fields
 
-#: Payload columns shown in a queue's list (all of them are on the detail page).
-LIST_PAYLOAD_FIELDS = 4
-#: Characters of the last error shown in the list.
-ERROR_PREVIEW = 80
-
-
-def format_age(age: dt.timedelta | None) -> str:
-    """``4.8 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``; "-" for no age."""
-    if age is None:
-        return "-"
-    seconds = age.total_seconds()
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, sec = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days} d {hours} h"
-    if hours:
-        return f"{hours} h {minutes} min"
-    return f"{minutes} min {sec} s"
-
-
-def _when(value: dt.datetime | None) -> str:
-    """A time as the admin shows model fields: localised, in the current time zone."""
-    return str(display_for_value(value, "-"))
-
-
-def _with_age(stats: dict[str, Any]) -> dict[str, Any]:
-    return {**stats, "oldest_ready": format_age(stats["oldest_ready_age"])}
+__all__ = ["QueueModelAdmin", "QueueOverviewAdmin", "format_age", "register_queue_models"]
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -94,16 +72,14 @@ class QueueActionForm(ActionForm):
     priority = forms.IntegerField(required=False, label="Priority", help_text="-32768..32767")
 
 
-class QueueModelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """The admin of one queue model (registered for every queue model automatically)."""
+class QueueModelAdmin(QueueTableAdmin):
+    """The admin of one split queue model (registered for every one automatically)."""
 
     action_form = QueueActionForm
     # Django's own "Delete selected" stays (with its confirmation page): it ends in
     # delete_queryset(), which deletes from both tables.
     actions = ["retry_items", "set_priority"]
     list_filter = [StateFilter]
-    list_per_page = 50
-    change_list_template = "admin/dbqueue_django/queue_change_list.html"
     ordering = ["-id"]
 
     # -- what is shown ------------------------------------------------------------------------
@@ -129,8 +105,15 @@ class QueueModelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return ["id", *names, "state", "attempts", "priority", "run_at", "lease_until",
                 "enqueued_at", "traceback"]  # fmt: skip
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
-        return self.get_fields(request, obj)
+    def queue_counts(self, request: HttpRequest, stats: dict[str, Any]) -> list[Count]:
+        expired = f"{stats['expired']} expired" if stats["expired"] else ""
+        return [
+            Count("ready", stats["ready"]),
+            Count("scheduled", stats["scheduled"]),
+            Count("leased", stats["leased"], note=expired),
+            Count("failed", stats["failed"], url="?state=failed", css="failed"),
+            Count("oldest ready", stats["oldest_ready"]),
+        ]
 
     @admin.display(description="state", ordering="queue_meta__state")
     def state(self, obj: Any) -> str:
@@ -151,60 +134,18 @@ class QueueModelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description="run at", ordering="queue_meta__run_at")
     def run_at(self, obj: Any) -> str:
-        return _when(obj.q_run_at)
+        return display_time(obj.q_run_at)
 
     @admin.display(description="failed at", ordering="queue_meta__run_at")
     def failed_at(self, obj: Any) -> str:
         # For a failed item run_at records when it failed (see split_fail).
-        return _when(obj.q_run_at if obj.q_state == State.FAILED else None)
+        return display_time(obj.q_run_at if obj.q_state == State.FAILED else None)
 
     @admin.display(description="lease until")
     def lease_until(self, obj: Any) -> str:
-        return _when(obj.q_lease_until)
-
-    @admin.display(description="last error")
-    def error(self, obj: Any) -> str:
-        text = (obj.last_error or "").strip()
-        last_line = text.splitlines()[-1] if text else ""
-        return last_line if len(last_line) <= ERROR_PREVIEW else last_line[:ERROR_PREVIEW] + "…"
-
-    @admin.display(description="last error (traceback)")
-    def traceback(self, obj: Any) -> str:
-        if not obj.last_error:
-            return "-"
-        return format_html('<pre class="dbqueue-traceback">{}</pre>', obj.last_error)
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        stats = _with_age(self._queue.stats())
-        context = {**(extra_context or {}), "queue_stats": stats}
-        return super().changelist_view(request, extra_context=context)
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        # Items are read-only: change them through the actions (or push a new one).
-        context = {**(extra_context or {}), "show_save": False,
-                   "show_save_and_continue": False, "show_save_and_add_another": False}  # fmt: skip
-        return super().change_view(request, object_id, form_url, extra_context=context)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # items are pushed by code, which validates them
+        return display_time(obj.q_lease_until)
 
     # -- actions ------------------------------------------------------------------------------
-
-    @property
-    def _queue(self) -> Any:
-        """The model's queue, on the database the router picks for it."""
-        return self.model.queue
-
-    def _ids(self, queryset: QuerySet[Any]) -> list[int]:
-        return list(queryset.values_list("pk", flat=True))
 
     @admin.action(description="Retry selected failed items", permissions=["change"])
     def retry_items(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
@@ -229,17 +170,12 @@ class QueueModelAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return
         self.message_user(request, f"{done} item(s) now have priority {priority}.")
 
-    def delete_model(self, request: HttpRequest, obj: models.Model) -> None:
-        self._queue.delete([obj.pk])
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._queue.delete(self._ids(queryset))
-
 
 class QueueOverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """ "Queue overview": every queue the user may view, with its counts."""
+    """ "Queue overview": every queue the user may view, with its counts (a ring's occupancy
+    too)."""
 
-    def _visible(self, request: HttpRequest) -> list[type[QueueModel]]:
+    def _visible(self, request: HttpRequest) -> list[type[BaseQueueModel]]:
         user: Any = request.user
         return [
             m
@@ -247,9 +183,6 @@ class QueueOverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             if user.has_perm(f"{m._meta.app_label}.view_{m._meta.model_name}")
             or user.has_perm(f"{m._meta.app_label}.change_{m._meta.model_name}")
         ]
-
-    def _changelist_url(self, model: type[models.Model]) -> str | None:
-        return _changelist_url_for(self.admin_site, model)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return bool(request.user.is_active and request.user.is_staff and self._visible(request))
@@ -266,45 +199,51 @@ class QueueOverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def _row(self, model: type[BaseQueueModel]) -> dict[str, Any]:
+        opts = model._meta
+        url = changelist_url_for(self.admin_site, model)
+        stats = with_age(model.queue.stats())
+        row = {
+            "label": f"{opts.app_config.verbose_name} / {opts.verbose_name_plural}",
+            "url": url,
+            "failed_url": f"{url}?state=failed" if url else None,
+            "stats": stats,
+            "occupancy": "-",
+        }
+        if issubclass(model, RingQueueModel):
+            row.update(ring_overview(self.admin_site, model, stats))
+        return row
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        rows = []
-        for model in self._visible(request):
-            opts = model._meta
-            rows.append(
-                {
-                    "label": f"{opts.app_config.verbose_name} / {opts.verbose_name_plural}",
-                    "url": self._changelist_url(model),
-                    "stats": _with_age(model.queue.stats()),
-                }
-            )
         context = {
             **self.admin_site.each_context(request),
             **(extra_context or {}),
             "title": "Queue overview",
-            "rows": rows,
+            "rows": [self._row(model) for model in self._visible(request)],
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/dbqueue_django/queue_overview.html", context)
 
 
-def _changelist_url_for(site: admin.AdminSite, model: type[models.Model]) -> str | None:
-    opts = model._meta
-    try:
-        return reverse(f"{site.name}:{opts.app_label}_{opts.model_name}_changelist")
-    except NoReverseMatch:  # registered on another admin site, or not at all
-        return None
-
-
 def register_queue_models(site: admin.AdminSite | None = None) -> None:
-    """Register :class:`QueueModelAdmin` for every queue model not registered yet, and the
-    overview page. Called when the app is ready, after the admin modules were imported."""
+    """Register the queue admins for every queue model not registered yet (a ring's failed
+    model too), and the overview page. Called when the app is ready, after the admin modules
+    were imported."""
     site = site or admin.site
     for model in queue_models():
-        if not site.is_registered(model):
-            site.register(model, QueueModelAdmin)
+        if issubclass(model, RingQueueModel):
+            pairs: list[tuple[Any, Any]] = [
+                (model, RingQueueModelAdmin),
+                (model.failed_model, RingFailedAdmin),
+            ]
+        else:
+            pairs = [(model, QueueModelAdmin)]
+        for registered, model_admin in pairs:
+            if not site.is_registered(registered):
+                site.register(registered, model_admin)
     if not site.is_registered(QueueOverview):
         site.register(QueueOverview, QueueOverviewAdmin)
