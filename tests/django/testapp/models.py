@@ -1,10 +1,12 @@
-"""Queue models for the tests: one with a field of every supported kind, one minimal."""
+"""Queue models for the tests: one with a field of every supported kind, one minimal, and a
+ring queue."""
 
 from datetime import timedelta
 
 from django.db import models
 
-from dbqueue_django.models import QueueModel
+from dbqueue import Backoff
+from dbqueue_django.models import QueueModel, RingQueueModel
 
 
 class Job(QueueModel):
@@ -29,3 +31,19 @@ class Ping(QueueModel):
     """A queue with a single field and default options."""
 
     message = models.TextField()
+
+
+class Tick(RingQueueModel):
+    """A small ring: full after 8 pushes, and a push into a full ring gives up quickly."""
+
+    symbol = models.CharField(max_length=12)
+    price = models.DecimalField(max_digits=12, decimal_places=4)
+    volume = models.IntegerField(default=0)
+    note = models.TextField(null=True)  # noqa: DJ001 - a nullable payload field
+
+    class QueueOptions:
+        capacity = 8
+        push_timeout = timedelta(milliseconds=50)
+        max_attempts = 2
+        lease = timedelta(seconds=5)  # the worker's sweeper runs once per lease time
+        backoff = Backoff(base=timedelta(0), cap=timedelta(0))  # a retry is due at once

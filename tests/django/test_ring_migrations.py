@@ -1,0 +1,185 @@
+"""A ring's migrations: a capacity change is detected by the autodetector and works on an empty
+ring (the slots replaced, numbering going on), fails clearly on a non-empty one, migrates back;
+and migrating backwards past the ring's creation drops everything, counters included."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import replace
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.db import connections
+from django.db.migrations import AddIndex, Migration, RemoveIndex
+from django.db.migrations.autodetector import MigrationAutodetector
+from django.db.migrations.loader import MigrationLoader
+from django.db.migrations.state import ProjectState
+from django.db.migrations.writer import MigrationWriter
+
+from dbqueue.message import State
+from dbqueue.ring import RingQueue
+from dbqueue_django.executor import DjangoExecutor
+from dbqueue_django.slots import RingNotEmpty, RingSlots
+from tests.django.test_ring_models import CAPACITY, TABLE, counters, query, slots
+from tests.django.testapp.models import Tick
+
+pytestmark = [
+    pytest.mark.django,
+    pytest.mark.django_db(transaction=True, databases=["default", "sqlite"]),
+]
+NEW_CAPACITY = 12
+
+
+def capacity_change(alias: str, capacity: int) -> tuple[ProjectState, Migration]:
+    """The current migration state, and the migration makemigrations writes for a change of
+    Tick's capacity (the autodetector's own output)."""
+    loader = MigrationLoader(connections[alias])
+    before = loader.project_state()
+    after = before.clone()
+    after.models["testapp", "tick"].options["indexes"] = [RingSlots.for_table(TABLE, capacity)]
+    changes = MigrationAutodetector(before, after).changes(graph=loader.graph)
+    (migration,) = changes["testapp"]
+    return before, migration
+
+
+class Resize:
+    """The capacity change applied to (and unapplied from) Tick's table on one database."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.before, self.migration = capacity_change(alias, NEW_CAPACITY)
+        self.applied = False
+
+    def apply(self) -> None:
+        with connections[self.alias].schema_editor(atomic=self.migration.atomic) as editor:
+            self.migration.apply(self.before.clone(), editor)
+        self.applied = True
+
+    def unapply(self) -> None:
+        with connections[self.alias].schema_editor(atomic=self.migration.atomic) as editor:
+            self.migration.unapply(self.before.clone(), editor)
+        self.applied = False
+
+
+@pytest.fixture
+def resize(alias: str) -> Iterator[Resize]:
+    """The capacity change, undone at the end if a test left it applied."""
+    change = Resize(alias)
+    yield change
+    if change.applied:
+        Tick.queue.using(alias).purge()
+        change.unapply()
+
+
+def next_number(alias: str) -> int:
+    """The number the next push takes: where the slots say numbering goes on."""
+    return min(seq for _, seq, _ in slots(alias)) + len(slots(alias))
+
+
+def assert_fresh_slots(alias: str, capacity: int, first: int) -> None:
+    """Every slot empty, slot mod(p, C) holding p - C for the first number p it receives."""
+    expected = [(p % capacity, p - capacity, 0) for p in range(first, first + capacity)]
+    assert slots(alias) == sorted(expected)
+
+
+def resized_ring(alias: str) -> tuple[RingQueue, DjangoExecutor]:
+    """The core queue as a process declaring the new capacity sees it."""
+    spec = Tick.queue.spec
+    resized = replace(spec, options=replace(spec.options, capacity=NEW_CAPACITY))
+    ex = DjangoExecutor(alias)
+    return RingQueue(resized, ex.dialect), ex
+
+
+# -- capacity changes -----------------------------------------------------------------------
+
+
+@pytest.mark.postgresql
+def test_makemigrations_writes_a_capacity_change_as_remove_and_add() -> None:
+    _, migration = capacity_change("default", NEW_CAPACITY)
+    remove, add = migration.operations
+    assert isinstance(remove, RemoveIndex) and remove.name == Tick._meta.indexes[0].name
+    assert isinstance(add, AddIndex) and add.index == RingSlots.for_table(TABLE, NEW_CAPACITY)
+    text = MigrationWriter(migration).as_string()
+    assert f"dbqueue_django.slots.RingSlots(capacity={NEW_CAPACITY}, name=" in text
+
+
+def test_a_capacity_change_on_an_empty_ring(alias: str, resize: Resize) -> None:
+    queue = Tick.queue.using(alias)
+    used = queue.push_many([{"symbol": f"S{i}", "price": Decimal(i)} for i in range(5)])
+    queue.ack(queue.pop_batch(5))
+    failed = _fail_for_good(alias)
+    first = next_number(alias)
+    assert first > max(used)
+
+    resize.apply()
+    # Both counters go on from one number above every number used; the failed table stays.
+    assert_fresh_slots(alias, NEW_CAPACITY, first)
+    assert counters(alias) == {f"{TABLE}_push_seq", f"{TABLE}_pop_seq"}
+    core, ex = resized_ring(alias)
+    core.check(ex)
+    assert core.push(ex, {"symbol": "NEW", "price": Decimal(1)}) == first
+    assert core.retry(ex, [failed]) == 1  # pushed again under a new number
+    assert [(m.id, m.payload["symbol"]) for m in core.pop_batch(ex, 5)] == [
+        (first, "NEW"), (first + 1, "BAD"),
+    ]  # fmt: skip
+    assert core.stats(ex).capacity == NEW_CAPACITY
+
+
+def test_a_capacity_change_migrates_back(alias: str, resize: Resize) -> None:
+    resize.apply()
+    core, ex = resized_ring(alias)
+    pushed = core.push(ex, {"symbol": "X", "price": Decimal(1)})
+    core.pop_batch(ex, 1, mode="at_most_once")
+    resize.unapply()
+    assert_fresh_slots(alias, CAPACITY, pushed + 1)
+    Tick.queue.using(alias).check()
+
+
+def test_a_capacity_change_on_a_non_empty_ring_fails_clearly(alias: str, resize: Resize) -> None:
+    queue = Tick.queue.using(alias)
+    number = queue.push(symbol="KEEP", price=Decimal(1))
+    queue.push(symbol="LEASED", price=Decimal(2))
+    queue.pop_batch(1)
+    before = slots(alias)
+    with pytest.raises(RingNotEmpty) as info:
+        resize.apply()
+    message = str(info.value)
+    assert "'testapp_tick' holds 2 message(s) (1 ready, 1 leased" in message
+    assert "Nothing was changed. Drain it first" in message and "runqueueworker" in message
+    # The migration rolled back as a whole: same slots, same messages.
+    assert slots(alias) == before
+    assert [t.id for t in queue.items("leased")] == [number]
+    assert [t.id for t in queue.items("ready")] == [number + 1]
+
+
+# -- migrating backwards --------------------------------------------------------------------
+
+
+def test_migrating_backwards_drops_everything(alias: str) -> None:
+    Tick.queue.using(alias).push(symbol="GONE", price=Decimal(1))
+    call_command("migrate", "testapp", "0001", database=alias, verbosity=0)
+    try:
+        tables = set(connections[alias].introspection.table_names())
+        assert not {TABLE, f"{TABLE}_failed", f"{TABLE}_push_seq", f"{TABLE}_pop_seq"} & tables
+        assert counters(alias) == set()
+        if alias == "sqlite":
+            assert query(alias, "SELECT name FROM sqlite_master WHERE name LIKE 'dbq_%_seq'") == []
+    finally:
+        call_command("migrate", "testapp", database=alias, verbosity=0)
+    # And forwards again: a new ring, numbered from 0.
+    assert_fresh_slots(alias, CAPACITY, 0)
+    assert Tick.queue.using(alias).push(symbol="NEW", price=Decimal(1)) == 0
+
+
+def _fail_for_good(alias: str) -> int:
+    queue = Tick.queue.using(alias)
+    number = queue.push(symbol="BAD", price=Decimal(1))
+    for attempt in (1, 2):
+        (item,) = queue.pop_batch(1)
+        state = queue.fail(item, f"attempt {attempt}", delay=dt.timedelta(0))
+        queue.rescue()
+    assert state == {item.id: State.FAILED}
+    assert queue.failed().get().id == item.id != number
+    return int(item.id)

@@ -1,0 +1,283 @@
+"""``Model.queue`` of a ring queue model (``Tick``, 8 slots) on PostgreSQL and SQLite: model
+instances, the three delivery modes, fencing, failures, the failed table, and bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.db import connections, models, transaction
+from django.test.utils import isolate_apps
+
+from dbqueue.errors import (
+    InvalidArgument,
+    InvalidPayload,
+    NotLeased,
+    QueueFull,
+    QueueTableMissing,
+    RingCapacityMismatch,
+    TransactionStateError,
+)
+from dbqueue.message import State
+from dbqueue.ring import RingQueue
+from dbqueue_django.models import RingQueueModel
+from dbqueue_django.ring_model import EMPTY, LEASED, READY, RETRYING
+from dbqueue_django.ring_queue import RingDjangoQueue
+from tests.django.testapp.models import Tick
+
+pytestmark = [
+    pytest.mark.django,
+    pytest.mark.django_db(transaction=True, databases=["default", "sqlite"]),
+]
+ZERO = dt.timedelta(0)
+CAPACITY = 8
+
+
+@pytest.fixture
+def queue(alias: str) -> RingDjangoQueue[Tick]:
+    return Tick.queue.using(alias)
+
+
+def tick(i: int, **extra: Any) -> dict[str, Any]:
+    return {"symbol": f"S{i}", "price": Decimal(i) / 4, **extra}
+
+
+def push(queue: RingDjangoQueue[Tick], count: int) -> list[int]:
+    return queue.push_many([tick(i) for i in range(count)])
+
+
+def fail_for_good(queue: RingDjangoQueue[Tick], symbol: str) -> int:
+    """Push a tick and fail it ``max_attempts`` (2) times: it moves to the failed table."""
+    number = queue.push(symbol=symbol, price=Decimal(1))
+    (first,) = queue.pop_batch(1)
+    assert queue.fail(first, "first attempt", delay=ZERO) == {number: State.READY}
+    queue.rescue()  # the sweeper pushes the retry again, under a new number
+    (second,) = queue.pop_batch(1)
+    assert second.symbol == symbol and second.attempts == 2
+    assert queue.fail(second, "ValueError: second attempt") == {second.id: State.FAILED}
+    return second.id
+
+
+# -- model instances ------------------------------------------------------------------------
+
+
+def test_the_readme_example(queue: RingDjangoQueue[Tick]) -> None:
+    number = queue.push(symbol="ACME", price=Decimal("1.25"))
+    queue.push_many([tick(1), tick(2)])
+    ticks = queue.pop_batch(500)
+    assert [t.symbol for t in ticks] == ["ACME", "S1", "S2"]
+    assert queue.ack(ticks) == [number, number + 1, number + 2]
+    assert queue.stats()["ready"] == 0
+
+
+def test_pop_batch_returns_slot_instances(alias: str, queue: RingDjangoQueue[Tick]) -> None:
+    numbers = queue.push_many([tick(1, note="first"), tick(2)])
+    ticks = queue.pop_batch(5)
+    assert [type(t) for t in ticks] == [Tick, Tick]
+    first = ticks[0]
+    assert first.id == first.seq == numbers[0]
+    assert first.pk == first.slot == numbers[0] % CAPACITY
+    assert (first.symbol, first.price, first.volume, first.note) == (
+        "S1",
+        Decimal("0.25"),
+        0,
+        "first",
+    )
+    assert ticks[1].note is None
+    assert first.attempts == 1 and first.state == LEASED and first.lease_until is not None
+    assert first.pushed_at is not None and first.last_error is None
+    assert first._state.db == alias and first._state.adding is False
+    # The instance is the slot row as the ORM reads it.
+    stored = Tick.objects.using(alias).get(pk=first.pk)
+    assert (stored.id, stored.state, stored.symbol) == (first.id, LEASED, "S1")
+
+
+@pytest.mark.parametrize("mode", ["at_most_once", "transactional"])
+def test_the_removing_modes_empty_the_slot(
+    alias: str, queue: RingDjangoQueue[Tick], mode: str
+) -> None:
+    numbers = push(queue, 3)
+    if mode == "transactional":
+        with transaction.atomic(using=alias):
+            ticks = queue.pop_batch(2, mode=mode)
+    else:
+        ticks = queue.pop_batch(2, mode=mode)
+    assert [t.id for t in ticks] == numbers[:2]
+    assert all(t.state == EMPTY and t.lease_until is None for t in ticks)
+    assert [t.id for t in queue.items()] == numbers[2:]
+    with pytest.raises(NotLeased):
+        queue.ack(ticks)  # nothing to acknowledge: they are gone
+
+
+def test_a_transactional_pop_rolled_back_keeps_the_message(
+    alias: str, queue: RingDjangoQueue[Tick]
+) -> None:
+    (number,) = push(queue, 1)
+    with pytest.raises(RuntimeError), transaction.atomic(using=alias):
+        assert [t.id for t in queue.pop_batch(1, mode="transactional")] == [number]
+        raise RuntimeError("the caller's work failed")
+    # The slot is full again. (On PostgreSQL its pop number was spent: the sweeper pushes a
+    # stranded message again after stranded_after; on SQLite the counter rolled back too.)
+    assert [(t.id, t.state) for t in queue.items()] == [(number, READY)]
+
+
+def test_delivery_modes_check_the_transaction(alias: str, queue: RingDjangoQueue[Tick]) -> None:
+    with pytest.raises(TransactionStateError, match="needs an open transaction"):
+        queue.pop_batch(1, mode="transactional")
+    with pytest.raises(TransactionStateError), transaction.atomic(using=alias):
+        queue.pop_batch(1, mode="at_most_once")
+    with pytest.raises(InvalidArgument, match="unknown delivery mode"):
+        queue.pop_batch(1, mode="twice")
+
+
+def test_ack_is_fenced_by_the_lease_token(queue: RingDjangoQueue[Tick]) -> None:
+    (number,) = push(queue, 1)
+    (first,) = queue.pop_batch(1)
+    assert queue.fail(first, "retry me", delay=ZERO) == {number: State.READY}
+    queue.rescue()
+    (again,) = queue.pop_batch(1)
+    assert again.id == number + 1 and again.attempts == 2  # pushed again at the tail
+    with pytest.raises(NotLeased):
+        queue.ack(first)  # an older delivery cannot ack the new one
+    assert queue.extend([again]) == [again.id]
+    assert queue.ack(again) == [again.id]
+
+
+def test_ack_pop_acks_and_leases_the_next(queue: RingDjangoQueue[Tick]) -> None:
+    numbers = push(queue, 4)
+    first = queue.pop_batch(2)
+    acked, following = queue.ack_pop(first, 2)
+    assert acked == 2 and [t.id for t in following] == numbers[2:]
+    assert isinstance(following[0], Tick)
+
+
+def test_a_failure_waits_then_the_sweeper_pushes_it_again(queue: RingDjangoQueue[Tick]) -> None:
+    (number,) = push(queue, 1)
+    (item,) = queue.pop_batch(1)
+    queue.fail(item, ValueError("no price feed"), delay=dt.timedelta(hours=1))
+    (slot,) = queue.items("retrying")
+    assert (slot.id, slot.state, slot.last_error) == (number, RETRYING, "ValueError: no price feed")
+    assert queue.pop_batch(1) == []
+    assert queue.rescue().ready == 0  # its back-off has not ended
+    assert queue.stats()["scheduled"] == 1
+
+
+def test_failed_messages_move_to_the_failed_model(alias: str, queue: RingDjangoQueue[Tick]) -> None:
+    number = fail_for_good(queue, "BAD")
+    (failed,) = queue.failed()
+    assert type(failed) is Tick.failed_model
+    assert (failed.id, failed.symbol, failed.attempts) == (number, "BAD", 2)
+    assert failed.last_error == "ValueError: second attempt" and failed.failed_at is not None
+    assert queue.stats()["failed"] == 1 and queue.items().count() == 0
+    # Retry: pushed again at the tail under a new number, attempts reset.
+    assert queue.retry(queue.failed()) == 1
+    (retried,) = queue.pop_batch(1)
+    assert (retried.symbol, retried.attempts) == ("BAD", 1) and retried.id > number
+    assert not queue.failed().exists()
+
+
+def test_delete_and_purge(queue: RingDjangoQueue[Tick]) -> None:
+    failed = fail_for_good(queue, "BAD")
+    numbers = push(queue, 3)
+    assert queue.delete([numbers[0], failed]) == 2
+    assert [t.id for t in queue.items()] == numbers[1:]
+    assert queue.purge() == 2
+    assert queue.stats()["ready"] == 0 and not queue.failed().exists()
+
+
+def test_items_filter_by_slot_state(queue: RingDjangoQueue[Tick]) -> None:
+    numbers = push(queue, 2)
+    queue.pop_batch(1)
+    assert [t.id for t in queue.items("ready")] == numbers[1:]
+    assert [t.id for t in queue.items("leased")] == numbers[:1]
+    assert [t.id for t in queue.items(State.LEASED)] == numbers[:1]
+    with pytest.raises(InvalidArgument, match=r"failed\(\)"):
+        queue.items("failed")
+
+
+def test_stats_show_capacity_and_occupancy(queue: RingDjangoQueue[Tick]) -> None:
+    push(queue, 2)
+    queue.pop_batch(1)
+    stats = queue.stats()
+    assert (stats["ready"], stats["leased"], stats["capacity"]) == (1, 1, CAPACITY)
+    assert stats["occupancy"] == 2 / CAPACITY
+
+
+def test_the_core_queue_is_cached_per_model_and_database(alias: str) -> None:
+    core = Tick.queue.using(alias).core
+    assert isinstance(core, RingQueue) and core.capacity == CAPACITY
+    assert Tick.queue.using(alias).core is core
+    other = "sqlite" if alias == "default" else "default"
+    assert Tick.queue.using(other).core is not core  # pop claims belong to one database
+
+
+# -- bad input -----------------------------------------------------------------------------
+
+
+def test_a_ring_has_no_priorities_or_delays(queue: RingDjangoQueue[Tick]) -> None:
+    with pytest.raises(InvalidArgument, match="push order: it has no priorities"):
+        queue.push(priority=5, **tick(1))
+    with pytest.raises(InvalidArgument, match="cannot delay"):
+        queue.push_many([tick(1)], delay=dt.timedelta(seconds=5))
+    with pytest.raises(InvalidArgument, match="no priorities"):
+        queue.set_priority([1], 3)
+    assert queue.stats()["ready"] == 0
+
+
+@pytest.mark.parametrize(
+    ("payload", "error"),
+    [
+        ({"symbol": "ACME"}, "price"),
+        ({"symbol": "TOO LONG A SYMBOL", "price": Decimal(1)}, "symbol"),
+        ({"symbol": None, "price": Decimal(1)}, "symbol"),
+        ({"symbol": "ACME", "price": Decimal(1), "colour": "red"}, "colour"),
+    ],
+)
+def test_bad_payloads_are_refused_before_anything_is_written(
+    queue: RingDjangoQueue[Tick], payload: dict[str, Any], error: str
+) -> None:
+    # Every slot column is nullable, but the declared nullability is what the push checks.
+    with pytest.raises(InvalidPayload, match=error):
+        queue.push_many([tick(1), payload])
+    assert queue.stats()["ready"] == 0
+
+
+def test_a_full_ring_raises_queue_full(queue: RingDjangoQueue[Tick]) -> None:
+    numbers = push(queue, CAPACITY)
+    with pytest.raises(QueueFull, match="is full") as info:
+        queue.push(**tick(99))
+    assert info.value.pushed == [None] and info.value.remaining == 1  # one entry per message
+    with pytest.raises(QueueFull) as partly:
+        queue.push_many([tick(100)])
+    assert partly.value.remaining == 1
+    # Nothing stored was lost, and once poppers free the slots pushes land again.
+    assert [t.id for t in queue.items()] == numbers
+    assert len(queue.pop_batch(CAPACITY, mode="at_most_once")) == CAPACITY
+    later = queue.push(**tick(101))
+    assert [t.id for t in queue.items()] == [later]
+
+
+def test_a_ring_without_its_tables_raises_queue_table_missing(alias: str) -> None:
+    with isolate_apps("tests.django.testapp"):
+
+        class Unmigrated(RingQueueModel):
+            symbol = models.CharField(max_length=12)
+
+            class Meta:
+                app_label = "testapp"
+
+            class QueueOptions:
+                capacity = 4
+
+        with pytest.raises(QueueTableMissing, match="migrate"):
+            Unmigrated.queue.using(alias).push(symbol="X")
+
+
+def test_a_slot_table_of_another_size_is_reported(alias: str, queue: RingDjangoQueue[Tick]) -> None:
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"DELETE FROM testapp_tick WHERE slot >= {CAPACITY // 2}")
+    with pytest.raises(RingCapacityMismatch, match="declares capacity 8") as info:
+        queue.check()
+    assert "makemigrations" in str(info.value)

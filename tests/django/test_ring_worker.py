@@ -1,0 +1,113 @@
+"""Workers on a ring queue: the ``@handler`` of ``Tick`` run in this process and by real
+``manage.py runqueueworker`` processes, whose sweeper (the ring's ``rescue``) pushes a failed
+attempt again until the message moves to the failed table; SIGTERM stops them cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.db import connections
+
+from dbqueue_django.handlers import Handler, autodiscover, handlers
+from dbqueue_django.ring_model import RETRYING
+from dbqueue_django.worker import build_worker
+from tests.django.testapp.models import Ping, Tick
+
+pytestmark = [
+    pytest.mark.django,
+    pytest.mark.django_db(transaction=True, databases=["default", "sqlite"]),
+]
+ROOT = Path(__file__).resolve().parents[2]
+PATIENCE = 60.0
+SYMBOLS = ["A", "B", "BOOM", "C", "D"]
+
+
+@pytest.fixture
+def tick_handler() -> Handler:
+    autodiscover()
+    return handlers()[Tick]
+
+
+def push_ticks(alias: str) -> list[int]:
+    return Tick.queue.using(alias).push_many([{"symbol": s, "price": Decimal(1)} for s in SYMBOLS])
+
+
+def handled(alias: str) -> list[str]:
+    """What the handler recorded: one Ping per tick handled successfully."""
+    return sorted(p.message.split()[1] for p in Ping.queue.using(alias).items())
+
+
+def wait_for(condition: Callable[[], bool], what: str, log: Path) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}; log:\n{log.read_text()}")
+        time.sleep(0.1)
+
+
+def test_a_burst_in_this_process(alias: str, tick_handler: Handler) -> None:
+    push_ticks(alias)
+    stats = build_worker([tick_handler], database=alias, burst=True).run(handle_signals=False)
+    assert (stats.handled, stats.failed) == (4, 1)
+    assert handled(alias) == ["A", "B", "C", "D"]
+    (boom,) = Tick.queue.using(alias).items()
+    assert (boom.symbol, boom.state, boom.attempts) == ("BOOM", RETRYING, 1)
+    assert "ValueError: boom at tick" in (boom.last_error or "")
+
+
+@pytest.fixture
+def worker(alias: str, tmp_path: Path) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
+    """Start ``manage.py runqueueworker testapp.Tick`` on this test's database ``alias``."""
+    names = {a: connections[a].settings_dict["NAME"] for a in ("default", "sqlite")}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.django.worker_settings",
+        "DBQUEUE_WORKER_DATABASES": json.dumps(names),
+        "PYTHONPATH": str(ROOT),
+    }
+    log = tmp_path / "worker.log"
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "runqueueworker", "testapp.Tick",
+             f"--database={alias}", "--log-level=INFO"],
+            env=env, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+def test_runqueueworker_processes_a_ring(
+    alias: str, worker: Callable[[], subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    push_ticks(alias)
+    proc = worker()
+    log = tmp_path / "worker.log"
+    queue = Tick.queue.using(alias)
+    wait_for(lambda: handled(alias) == ["A", "B", "C", "D"], "the good ticks are handled", log)
+    # BOOM failed its first attempt; the worker's sweeper pushes it again once its (zero)
+    # back-off ends, and the second failure moves it to the failed table.
+    wait_for(lambda: queue.failed().exists(), "BOOM reaches the failed table", log)
+    (failed,) = queue.failed()
+    assert (failed.symbol, failed.attempts) == ("BOOM", 2)
+    assert queue.stats()["ready"] + queue.stats()["leased"] + queue.stats()["scheduled"] == 0
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert "4 handled, 2 failed" in log.read_text()
