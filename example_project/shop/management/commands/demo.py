@@ -1,4 +1,5 @@
-"""``manage.py demo``: the shop and its confirmation queue end to end, with checks.
+"""``manage.py demo``: the shop, its confirmation queue and its order-event ring end to end,
+with checks.
 
 Every step checks what it did; the command exits non-zero if any check fails.
 """
@@ -20,7 +21,7 @@ from django.test import Client
 from django.utils import timezone
 
 from dbqueue.message import State
-from shop.models import Order, OrderConfirmation
+from shop.models import Order, OrderConfirmation, OrderEvent, Sale
 
 PUSH_BATCH = 1_000
 WORKER_THREADS = 2
@@ -127,9 +128,11 @@ class Command(BaseCommand):
         expected = dict(zip(message_ids, order_ids, strict=True))
         expected.update((m, BULK_ORDER_IDS + i) for i, m in enumerate(bulk_ids))
         self.section(
-            f"Send the confirmations: runqueueworker --burst --concurrency {WORKER_THREADS}"
+            f"Send the confirmations and record the sales: runqueueworker --burst "
+            f"--concurrency {WORKER_THREADS}"
         )
         drained, drain_seconds = self.drain(expected)
+        self.check_sales(order_ids)
 
         self.section("A failed delivery: pop one item, fail(item, 'SMTP timeout')")
         if order_ids:
@@ -157,6 +160,11 @@ class Command(BaseCommand):
                     f"builds each e-mail in about a millisecond)",
                 ),
                 ("final stats", format_stats(final)),
+                (
+                    "order events",
+                    f"a ring of {OrderEvent.queue.stats()['capacity']:,} slots; "
+                    f"{Sale.objects.count()} recorded as sales",
+                ),
                 ("checks", f"{self.checks.passed} passed, {len(self.checks.failed)} failed"),
                 ("run time", f"{time.perf_counter() - started:.1f} s"),
             ]
@@ -175,13 +183,18 @@ class Command(BaseCommand):
 
     def clean_up(self) -> None:
         queue = OrderConfirmation.queue
-        purged = queue.purge()
+        purged = queue.purge() + OrderEvent.queue.purge()
         deleted, _ = Order.objects.all().delete()
+        Sale.objects.all().delete()
         self.stdout.write(f"  removed {deleted} orders and {purged} queued messages")
         stats = queue.stats()
         self.checks(
-            total_items(stats) == 0 and not Order.objects.exists(),
-            "the queue and the orders table are empty",
+            total_items(stats) == 0 and total_items(OrderEvent.queue.stats()) == 0,
+            "the queue and the ring are empty",
+        )
+        self.checks(
+            not Order.objects.exists() and not Sale.objects.exists(),
+            "the orders and sales tables are empty",
         )
 
     def place_orders(self, count: int) -> tuple[list[int], list[int]]:
@@ -217,6 +230,8 @@ class Command(BaseCommand):
             pairs == set(zip(message_ids, order_ids, strict=True)),
             f"{count} confirmations queued, one per order, with the ids the API returned",
         )
+        events = set(OrderEvent.queue.items().values_list("order_id", flat=True))
+        self.checks(events == set(order_ids), f"{count} order events in the ring, one per order")
         response = Client().get("/queue/")
         self.checks(
             response.status_code == 200 and response.json()["ready"] == count,
@@ -226,10 +241,10 @@ class Command(BaseCommand):
 
     def place_invalid_order(self, client: Client) -> None:
         orders_before = Order.objects.count()
-        messages_before = total_items(OrderConfirmation.queue.stats())
+        messages_before = self.queued()
         response = client.post("/orders/", {"email": INVALID_EMAIL, "total": "12.50"})
         orders_after = Order.objects.count()
-        messages_after = total_items(OrderConfirmation.queue.stats())
+        messages_after = self.queued()
         errors = response.json().get("errors", {}) if response.status_code == 400 else {}
         self.stdout.write(
             f"  invalid order (email {INVALID_EMAIL!r}): HTTP {response.status_code}, "
@@ -242,8 +257,12 @@ class Command(BaseCommand):
         )
         self.checks(
             (orders_after, messages_after) == (orders_before, messages_before),
-            "the invalid order left nothing behind (no order, no message)",
+            "the invalid order left nothing behind (no order, no message, no event)",
         )
+
+    def queued(self) -> int:
+        """Messages in the confirmation queue and the event ring together."""
+        return total_items(OrderConfirmation.queue.stats()) + total_items(OrderEvent.queue.stats())
 
     def push_bulk(self, count: int) -> tuple[list[int], float]:
         rows = [
@@ -277,6 +296,7 @@ class Command(BaseCommand):
         call_command(
             "runqueueworker",
             "shop.OrderConfirmation",
+            "shop.OrderEvent",
             "--burst",
             f"--concurrency={WORKER_THREADS}",
             "--log-level=WARNING",
@@ -294,6 +314,18 @@ class Command(BaseCommand):
         self.stdout.write(f"  after: {format_stats(after)}")
         self.checks(total_items(after) == 0, "the queue is empty: every message was acked")
         return len(sent), seconds
+
+    def check_sales(self, order_ids: list[int]) -> None:
+        """shop/handlers.py recorded each order event of the ring as a sale."""
+        sales = set(Sale.objects.values_list("order_id", "total"))
+        orders = set(Order.objects.filter(pk__in=order_ids).values_list("id", "total"))
+        stats = OrderEvent.queue.stats()
+        self.stdout.write(
+            f"  order events: {len(sales)} recorded as sales; ring: {stats['capacity']:,} "
+            f"slots, {stats['ready'] + stats['leased']} in use"
+        )
+        self.checks(sales == orders, f"{len(orders)} sales recorded, one per order, with its total")
+        self.checks(total_items(stats) == 0, "the ring is empty: every event was acked")
 
     def fail_one(self, order_id: int) -> None:
         queue = OrderConfirmation.queue
