@@ -60,7 +60,8 @@ class DjangoQueue[M: "BaseQueueModel"]:
         key = (self.model, ex.alias, ex.dialect.name)
         core = _CORES.get(key)
         if core is None:
-            core = _CORES[key] = self.layout(self.spec, ex.dialect)
+            # setdefault: threads racing here all end up with the one core (and its claims).
+            core = _CORES.setdefault(key, self.layout(self.spec, ex.dialect))
         return core, ex
 
     @property

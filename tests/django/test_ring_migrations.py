@@ -11,8 +11,8 @@ from decimal import Decimal
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
-from django.db.migrations import AddIndex, Migration, RemoveIndex
+from django.db import connections, models
+from django.db.migrations import AddIndex, AlterField, Migration, RemoveIndex
 from django.db.migrations.autodetector import MigrationAutodetector
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.state import ProjectState
@@ -152,6 +152,35 @@ def test_a_capacity_change_on_a_non_empty_ring_fails_clearly(alias: str, resize:
     assert slots(alias) == before
     assert [t.id for t in queue.items("leased")] == [number]
     assert [t.id for t in queue.items("ready")] == [number + 1]
+
+
+def test_altering_a_payload_field_keeps_the_slots(alias: str) -> None:
+    """SQLite alters a column by copying the table ("new__testapp_tick"): the slots, their
+    messages and the counters must come through, and the index on seq be built again."""
+    queue = Tick.queue.using(alias)
+    (number,) = queue.push_many([{"symbol": "KEPT", "price": Decimal(1)}])
+    loader = MigrationLoader(connections[alias])
+    before = loader.project_state()
+    after = before.clone()
+    after.models["testapp", "tick"].fields["symbol"] = models.CharField(max_length=30, null=True)
+    (migration,) = MigrationAutodetector(before, after).changes(graph=loader.graph)["testapp"]
+    (alter,) = migration.operations
+    assert isinstance(alter, AlterField)
+    with connections[alias].schema_editor() as editor:
+        migration.apply(before.clone(), editor)
+    try:
+        assert len(slots(alias)) == CAPACITY
+        assert [(t.id, t.symbol) for t in queue.items()] == [(number, "KEPT")]
+        assert counters(alias) == {f"{TABLE}_push_seq", f"{TABLE}_pop_seq"}
+        assert queue.push(symbol="NEXT", price=Decimal(2)) == number + 1
+        with connections[alias].cursor() as cursor:
+            found = connections[alias].introspection.get_constraints(cursor, TABLE)
+        seq_indexes = [c["columns"] for c in found.values() if c["index"] and not c["primary_key"]]
+        assert seq_indexes == ([] if alias == "default" else [["seq"]])
+    finally:
+        with connections[alias].schema_editor() as editor:
+            migration.unapply(before.clone(), editor)
+    assert [t.symbol for t in queue.items()] == ["KEPT", "NEXT"]
 
 
 # -- migrating backwards --------------------------------------------------------------------

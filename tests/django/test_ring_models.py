@@ -185,7 +185,7 @@ def test_migrate_preallocates_the_slots(alias: str) -> None:
 
 @DJANGO_DB
 @pytest.mark.parametrize("alias", ALIASES)
-def test_the_slot_table_has_only_its_primary_key_on_postgresql(alias: str) -> None:
+def test_the_slot_table_is_indexed_by_seq_on_sqlite_only(alias: str) -> None:
     connection = connections[alias]
     with connection.cursor() as cursor:
         found = connection.introspection.get_constraints(cursor, TABLE)
