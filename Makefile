@@ -12,7 +12,7 @@ BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo test test-django52 bench bench-quick bench-sync-off lint format typecheck check screenshots docs docs-serve clean distclean
+.PHONY: help venv demo test test-django52 bench bench-quick bench-sync-off bench-ring-storage lint format typecheck check screenshots docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -56,6 +56,9 @@ bench-quick: venv ## Run the benchmark on small sizes (under 3 minutes)
 
 bench-sync-off: venv ## Run the benchmark with synchronous_commit off (reported separately)
 	$(PY) -m bench --sync-commit off $(BENCH_ARGS)
+
+bench-ring-storage: venv ## Measure the ring table's fillfactor (50/70/90/100), about 6 minutes
+	$(PY) -m bench.ring_storage $(BENCH_ARGS)
 
 # The supported Django versions are 5.2 LTS and 6.x: the Django-facing tests run once more in
 # a second venv with Django 5.2 (the main venv has the newest 6.x).

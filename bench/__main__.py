@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.metadata
 import sys
 import time
 from pathlib import Path
@@ -16,8 +15,6 @@ from bench.measure import Measurement
 from bench.systems import REGISTRY
 
 RESULTS = Path(__file__).resolve().parent / "results"
-VERSIONED = ("dbqueue", "django", "psycopg", "pgqueuer", "procrastinate", "django-tasks-db",
-             "celery", "kombu", "redis")  # fmt: skip
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -39,10 +36,34 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "point needs minutes)",
     )
     p.add_argument("--longtx-seconds", type=float, default=300.0, help="long-transaction run")
+    p.add_argument(
+        "--bloat-messages",
+        type=int,
+        help="messages through the bloat soak (default 1,000,000; --quick: 10,000)",
+    )
+    p.add_argument(
+        "--pairs",
+        type=_counts,
+        help="client pairs of the pairs workload, comma-separated (default 1,2,4)",
+    )
+    p.add_argument(
+        "--pair-seconds", type=float, help="seconds per pairs figure (default 5; --quick: 1.5)"
+    )
     p.add_argument("--no-pgbench", action="store_true", help="skip the pgbench reference")
     p.add_argument("--sync-commit", choices=("on", "off"), default="on")
     p.add_argument("--out", type=Path, help="output folder (default bench/results/<date>)")
+    p.add_argument(
+        "--note", action="append", default=[], help="a note for the report's header (repeatable)"
+    )
     return p.parse_args(argv)
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    """A comma-separated list of positive integers."""
+    counts = tuple(int(x) for x in text.split(",") if x)
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return counts
 
 
 def _ordered() -> list[str]:
@@ -51,16 +72,6 @@ def _ordered() -> list[str]:
     refs = [n for n in ("thin", "naive") if n in REGISTRY]
     ours = sorted(n for n in REGISTRY if n.startswith("dbqueue"))
     return refs + ours + sorted(set(REGISTRY) - set(refs) - set(ours))
-
-
-def versions() -> dict[str, str]:
-    out = {}
-    for name in VERSIONED:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def main(argv: list[str]) -> int:
@@ -74,9 +85,14 @@ def main(argv: list[str]) -> int:
     wanted = [w for w in args.workloads.split(",") if w] if args.workloads else default
     env = bench_env.start(args.quick, args.sync_commit == "on", args.scale)
     env.longtx_seconds = args.longtx_seconds
+    env.notes += args.note
+    env.bloat_messages = args.bloat_messages
+    env.pair_counts = args.pairs
+    env.pair_seconds = args.pair_seconds
     env.repeat = repeat
     env.process_repeat = args.repeat or (1 if args.quick else 3)
     started = dt.datetime.now(dt.UTC)
+    code = report.source()
     results: list[Measurement] = []
     t0 = time.perf_counter()
     if "thin" in names and "roundtrip" not in wanted:
@@ -101,17 +117,7 @@ def main(argv: list[str]) -> int:
         step = time.perf_counter()
         results += wakeup.measure(env)
         print(f"wake-ups {time.perf_counter() - step:.1f} s", flush=True)
-    meta = env.describe() | {
-        "started": started.strftime("%Y-%m-%d %H:%M UTC"),
-        "quick": args.quick,
-        "repeat": repeat,
-        "process_repeat": env.process_repeat,
-        "scale": args.scale,
-        "versions": versions(),
-        "systems": names,
-        "notes": env.notes,
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
+    meta = report.run_meta(env, started, names, time.perf_counter() - t0, args.scale, code)
     suffix = ("-quick" if args.quick else "") + ("" if env.sync_commit else "-sync-off")
     out = args.out or RESULTS / f"{started:%Y-%m-%d}{suffix}"
     path = report.write(out, meta, results)

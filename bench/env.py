@@ -37,6 +37,11 @@ class BenchEnv:
     repeat: int = 3
     process_repeat: int = 3
     longtx_seconds: float = 300.0
+    #: --bloat-messages: the bloat soak's N instead of the size's (e.g. 1,000,000 in a quick run).
+    bloat_messages: int | None = None
+    #: --pairs and --pair-seconds: the pairs workload's pair counts and duration per figure.
+    pair_counts: tuple[int, ...] | None = None
+    pair_seconds: float | None = None
     server: Any = None
     notes: list[str] = field(default_factory=list)
     #: Every database of the run is named ``<prefix>_<what>`` (DBQUEUE_BENCH_PREFIX), so runs
@@ -51,13 +56,21 @@ class BenchEnv:
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-            if not self.sync_commit:
-                admin.execute(
-                    sql.SQL("ALTER DATABASE {} SET synchronous_commit = off").format(
-                        sql.Identifier(name)
-                    )
+        dsn = psycopg.conninfo.make_conninfo(self.admin_dsn, dbname=name)
+        if not self.sync_commit:
+            self.set_synchronous_commit(dsn, False)
+        return dsn
+
+    def set_synchronous_commit(self, dsn: str, on: bool) -> None:
+        """Make ``on`` the synchronous_commit of new connections to ``dsn``'s database."""
+        name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+        value = sql.SQL("on" if on else "off")
+        with psycopg.connect(self.admin_dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} SET synchronous_commit = {}").format(
+                    sql.Identifier(str(name)), value
                 )
-        return psycopg.conninfo.make_conninfo(self.admin_dsn, dbname=name)
+            )
 
     def drop(self, suffix: str) -> None:
         name = f"{self.prefix}_{suffix}"

@@ -65,7 +65,7 @@ def measure(env: BenchEnv, repeat: int) -> list[Measurement]:
     dsn = env.database("pgbench")
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in create_statements(SPEC, get_dialect("postgresql")):
-            conn.execute(statement)  # type: ignore[arg-type]
+            conn.execute(statement)
     seconds = 1.0 if env.quick else 10.0
     cases = [
         ("roundtrip", {"clients": 1}, "SELECT 1;\n", 1, 1),
@@ -81,7 +81,7 @@ def measure(env: BenchEnv, repeat: int) -> list[Measurement]:
         runs = []
         for _ in range(env.process_repeat):
             with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(f"TRUNCATE {SPEC.table}, {SPEC.meta_table}")  # type: ignore[arg-type]
+                conn.execute(f"TRUNCATE {SPEC.table}, {SPEC.meta_table}")
             runs.append(run(env, dsn, script, clients, seconds) * per_tx)
         unit = "round trips/s" if workload == "roundtrip" else "msg/s"
         out.append(Measurement(NAME, workload, params, runs, unit=unit, extra={"seconds": seconds}))

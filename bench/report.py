@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import argparse
+import datetime as dt
+import importlib.metadata
 import json
 import math
+import subprocess
+import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.env import BenchEnv
 from bench.measure import Measurement, params_text, ratios
 from bench.systems import REGISTRY
+
+VERSIONED = ("dbqueue", "django", "psycopg", "pgqueuer", "procrastinate", "django-tasks-db",
+             "celery", "kombu", "redis")  # fmt: skip
 
 WORKLOAD_TITLES = {
     "roundtrip": "Round trips (`SELECT 1`)",
@@ -17,6 +27,7 @@ WORKLOAD_TITLES = {
     "push_batch": "Batch push",
     "drain": "Drain a backlog (no-op handler)",
     "cycle": "End to end: push_many + pop_batch + ack, batches of 100",
+    "pairs": "Client pairs: push, then pop + ack on the pair's second connection (cycles/s)",
     "latency_p50": "Steady state: latency from push to handler start, median",
     "latency_p99": "Steady state: latency from push to handler start, 99th percentile",
     "latency_max": "Steady state: latency from push to handler start, maximum",
@@ -24,6 +35,7 @@ WORKLOAD_TITLES = {
     "bloat_size": "Bloat soak: tables + indexes after N messages (one run)",
     "bloat_dead_tuples": "Bloat soak: dead tuples after N messages (one run)",
     "bloat_churn_rate": "Bloat soak: messages per second through push_many/pop/ack (one run)",
+    "bloat_hot_updates": "Bloat soak: share of the updates that were HOT (heap-only, in place)",
     "longtx_throughput": "Long transaction: messages served per second at 1,000 msg/s offered",
     "longtx_p50": "Long transaction: latency median",
     "longtx_p99": "Long transaction: latency 99th percentile",
@@ -33,6 +45,58 @@ WORKLOAD_TITLES = {
 #: Workloads whose figures are better when lower (ratios are still median / thin's).
 LOWER_IS_BETTER = {"latency_p50", "latency_p99", "latency_max", "bloat_size",
                    "bloat_dead_tuples", "longtx_p50", "longtx_p99"}  # fmt: skip
+
+
+def versions() -> dict[str, str]:
+    """The installed versions of dbqueue, its frameworks and the peers."""
+    out = {}
+    for name in VERSIONED:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def source() -> str | None:
+    """The commit of the working tree measured, and whether dbqueue/ differed from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "dbqueue"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return None
+    if not head:
+        return None
+    return head + (" with uncommitted changes in dbqueue/" if dirty else "")
+
+
+def run_meta(
+    env: BenchEnv,
+    started: dt.datetime,
+    systems: list[str],
+    seconds: float,
+    scale: float | None,
+    code: str | None,
+) -> dict[str, Any]:
+    """What the report's header and results.json record about a run; ``code``: what
+    :func:`source` said when the run started (worker processes import the tree as it is)."""
+    return env.describe() | {
+        "started": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "quick": env.quick,
+        "repeat": env.repeat,
+        "process_repeat": env.process_repeat,
+        "scale": scale,
+        "versions": versions(),
+        "source": code,
+        "systems": systems,
+        "notes": env.notes,
+        "seconds": round(seconds, 1),
+    }
 
 
 def _label(system: str) -> str:
@@ -46,6 +110,12 @@ def _fmt(x: float | None) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
     return f"{x:,.0f}" if x >= 100 else f"{x:,.2f}"
+
+
+def _ratio(r: float) -> str:
+    """A ratio with two decimals, or as a fraction below 0.1 (a ring's size is a few
+    thousandths of a table queue's: 1/540)."""
+    return f"{r:.2f}x" if r >= 0.1 or r <= 0 else f"1/{1 / r:,.0f}"
 
 
 def _find(results: list[Measurement], system: str, workload: str, **params: Any) -> float | None:
@@ -108,14 +178,64 @@ def targets(results: list[Measurement]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def write(out: Path, meta: dict[str, Any], results: list[Measurement]) -> Path:
-    """Write results.json, report.md and charts/*.png into ``out``; return the report path."""
+#: Side-by-side comparisons: a system, the systems it is compared with, and a title. Every
+#: figure the first measured is shown with the others' and the ratios (first / other).
+COMPARISONS: list[tuple[str, tuple[str, ...], str]] = [
+    ("dbqueue-ring", ("dbqueue-core", "naive"), "Ring vs split vs naive"),
+]
+
+
+def comparison(
+    results: list[Measurement], subject: str, others: tuple[str, ...], title: str
+) -> list[str]:
+    """The lines of one comparison section (none if the subject or all the others are
+    missing): per figure, each system's median, ``subject / other`` and the subject vs thin."""
+    medians = {(m.system, m.key): m.median for m in results}
+    rel = ratios(results)
+    present = [o for o in others if any(m.system == o for m in results)]
+    rows = []
+    for i, m in enumerate(results):
+        if m.system != subject:
+            continue
+        cells = [_fmt(m.median)]
+        for other in present:
+            value = medians.get((other, m.key))
+            ratio = _ratio(m.median / value) if value else ""
+            cells += [_fmt(value), ratio]
+        thin = _ratio(rel[i]) if i in rel else ""
+        rows.append(
+            f"| {m.workload} | {params_text(m.params)} | {m.unit} | {' | '.join(cells)} | {thin} |"
+        )
+    if not present or not rows:
+        return []
+    head = " | ".join(f"{o} | {subject} / {o}" for o in present)
+    return [
+        f"## {title}",
+        "",
+        f"Medians of `{subject}` beside {', '.join(f'`{o}`' for o in present)}, same workload "
+        "and parameters in the same run, and their ratios (for sizes, dead tuples and latencies "
+        "lower is better, so a ratio below 1 favours the first).",
+        "",
+        f"| workload | parameters | unit | {subject} | {head} | {subject} vs thin |",
+        "|---|---|---|" + "---:|" * (2 * len(present) + 2),
+        *rows,
+        "",
+    ]
+
+
+def write(
+    out: Path, meta: dict[str, Any], results: list[Measurement], preface: Sequence[str] = ()
+) -> Path:
+    """Write results.json, report.md and charts/*.png into ``out``; return the report path.
+    ``preface``: lines put right after the header (a summary of the run)."""
     out.mkdir(parents=True, exist_ok=True)
     rel = ratios(results)
     data = [dict(m.as_dict(), ratio_to_thin=rel.get(i)) for i, m in enumerate(results)]
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": data}, indent=2))
     charts = _charts(out, results)
-    lines = _header(meta)
+    lines = [*_header(meta), *preface]
+    for subject, others, title in COMPARISONS:
+        lines += comparison(results, subject, others, title)
     by_workload: dict[str, list[int]] = defaultdict(list)
     for i, m in enumerate(results):
         by_workload[m.workload].append(i)
@@ -128,7 +248,7 @@ def write(out: Path, meta: dict[str, Any], results: list[Measurement]) -> Path:
         for i in idx:
             m = results[i]
             note = ", ".join(f"{k} {v}" for k, v in m.extra.items() if k != "cdf")
-            ratio = f"{rel[i]:.2f}x" if i in rel else ""
+            ratio = _ratio(rel[i]) if i in rel else ""
             lines.append(
                 f"| {_label(m.system)} | {params_text(m.params)} | {_fmt(m.median)} | "
                 f"{_fmt(min(m.runs))} | {_fmt(max(m.runs))} | {len(m.runs)} | {m.unit} | "
@@ -158,6 +278,7 @@ def _header(meta: dict[str, Any]) -> list[str]:
         f"- Machine: {m['platform']}, {m['cpus']} CPUs, {m['memory_gb']} GB, Python {m['python']}",
         f"- PostgreSQL ({meta['server']}): " + ", ".join(f"{k} = {v}" for k, v in pg.items()),
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()),
+        *([f"- dbqueue source: {meta['source']}"] if meta.get("source") else []),
         f"- Systems: {', '.join(meta['systems'])}",
     ]
     lines += [f"- Note: {n}" for n in meta.get("notes", [])]
@@ -207,3 +328,29 @@ def _charts(out: Path, results: list[Measurement]) -> dict[str, str]:
         plt.close(fig)
         names["latency_p50"] = "latency_cdf.png"
     return names
+
+
+def load(path: Path) -> tuple[dict[str, Any], list[Measurement]]:
+    """The meta and measurements of a results.json."""
+    data = json.loads(path.read_text())
+    fields = ("system", "workload", "params", "runs", "unit", "extra")
+    results = [Measurement(**{k: r[k] for k in fields}) for r in data["results"]]
+    return data["meta"], results
+
+
+def main(argv: list[str]) -> int:
+    """``python -m bench.report RESULTS_JSON [--note TEXT] [--out DIR]``: write the report of
+    a finished run again (the same measurements, this version's tables), with notes added."""
+    p = argparse.ArgumentParser(prog="python -m bench.report", description=main.__doc__)
+    p.add_argument("results", type=Path, help="a run's results.json")
+    p.add_argument("--note", action="append", default=[], help="a note for the header")
+    p.add_argument("--out", type=Path, help="output folder (default: the results' own)")
+    args = p.parse_args(argv)
+    meta, results = load(args.results)
+    meta["notes"] = [*meta.get("notes", []), *args.note]
+    print(f"report: {write(args.out or args.results.parent, meta, results)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -18,41 +18,62 @@ from bench.workloads import STEADY_CONSUMERS, STEADY_PRODUCERS, run_steady
 
 def table_stats(system: System) -> tuple[int, int]:
     """Total size in bytes (tables, indexes, TOAST) and dead tuples of the system's tables."""
-    time.sleep(1.2)  # activity statistics reach the shared counters about once a second
+    size, dead, _, _ = _table_counters(system)
+    return size, dead
+
+
+def _table_counters(system: System) -> tuple[int, int, int, int]:
+    """Size and dead tuples as :func:`table_stats`, and the tables' lifetime counts of updates
+    and of HOT updates (heap-only: the new version on the same page, no index entry)."""
+    # A backend sends its pending activity statistics when it exits; an idle one may keep
+    # them ~10 s (PostgreSQL >= 15). The system reconnects at its next operation.
+    system.close()
+    time.sleep(1.2)  # then they reach the shared counters
     with psycopg.connect(system.dsn) as conn:
-        size = dead = 0
+        size = dead = updates = hot = 0
         for table in system.tables:
             row = conn.execute(
-                "SELECT pg_total_relation_size(c.oid), coalesce(s.n_dead_tup, 0) "
+                "SELECT pg_total_relation_size(c.oid), coalesce(s.n_dead_tup, 0), "
+                "coalesce(s.n_tup_upd, 0), coalesce(s.n_tup_hot_upd, 0) "
                 "FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
                 "WHERE c.oid = %s::regclass",
                 (table,),
             ).fetchone()
-            size += int(row[0])  # type: ignore[index]
-            dead += int(row[1])  # type: ignore[index]
-    return size, dead
+            assert row is not None
+            size, dead = size + int(row[0]), dead + int(row[1])
+            updates, hot = updates + int(row[2]), hot + int(row[3])
+    return size, dead, updates, hot
+
+
+#: The bloat soak's batch: push_many, pop_batch and ack of this many messages at a time.
+CHURN_BATCH = 1000
 
 
 def bloat(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     """Pass N messages through (push_many, pop, ack in batches of 1,000) after a warm-up of
     N/10, and compare the tables' size and dead tuples before and after."""
-    n = env.size(1_000_000, 10_000)
+    n = env.bloat_messages or env.size(1_000_000, 10_000)
+    system.expect(CHURN_BATCH)
     system.reset()
-    system.churn(max(n // 10, 1000))
-    size0, dead0 = table_stats(system)
+    system.churn(max(n // 10, CHURN_BATCH), CHURN_BATCH)
+    size0, dead0, updates0, hot0 = _table_counters(system)
     start = time.perf_counter()
-    system.churn(n)
+    system.churn(n, CHURN_BATCH)
     rate = n / (time.perf_counter() - start)
-    size1, dead1 = table_stats(system)
+    size1, dead1, updates1, hot1 = _table_counters(system)
     params = {"messages": n}
     growth = size1 / size0 if size0 else float("nan")
-    return [
+    out = [
         Measurement(system.name, "bloat_size", params, [size1 / 1024], unit="KiB",
                     extra={"before_kib": round(size0 / 1024), "growth": f"{growth:.2f}x"}),
         Measurement(system.name, "bloat_dead_tuples", params, [float(dead1)], unit="tuples",
                     extra={"before": dead0}),
         Measurement(system.name, "bloat_churn_rate", params, [rate], extra={"runs": 1}),
     ]  # fmt: skip
+    if updates1 > updates0:  # systems that update rows (a DELETE-only queue has none)
+        hot = 100 * (hot1 - hot0) / (updates1 - updates0)
+        out.append(Measurement(system.name, "bloat_hot_updates", params, [hot], unit="%"))
+    return out
 
 
 LONGTX_RATE = 1000.0
@@ -62,13 +83,15 @@ def longtx(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     """Steady state at 1,000 msg/s, without and then with a REPEATABLE READ transaction held
     open the whole time (it pins the xmin horizon: vacuum cannot remove what queues delete)."""
     seconds = 6.0 if env.quick else env.longtx_seconds
+    system.expect(int(LONGTX_RATE * seconds))  # all of it, should the consumers stall
     out = []
     for held in (False, True):
         system.reset()
         holder = _TransactionHolder(system.dsn) if held else None
         server0 = _server_cpu(system.dsn)
         run = run_steady(env, system, LONGTX_RATE, seconds)
-        server_cpu = _server_cpu(system.dsn) - server0 if server0 is not None else None
+        server1 = _server_cpu(system.dsn)
+        server_cpu = server1 - server0 if server0 is not None and server1 is not None else None
         if holder is not None:
             holder.release()
         dead = table_stats(system)[1] if system.tables else None

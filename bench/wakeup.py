@@ -70,7 +70,7 @@ def notify_cost(env: BenchEnv, dsn: str) -> list[Measurement]:
         with psycopg.connect(dsn, autocommit=True) as conn:
             ex = PsycopgExecutor(conn)
             for _ in range(env.repeat):
-                conn.execute(f"TRUNCATE {TABLE}, {TABLE}_meta")  # type: ignore[arg-type]
+                conn.execute(f"TRUNCATE {TABLE}, {TABLE}_meta")
                 start = time.perf_counter()
                 for _ in range(n):
                     queue.push(ex, {"payload": PAYLOAD})
@@ -107,7 +107,7 @@ def _pickups(env: BenchEnv, dsn: str, label: str, interval: dt.timedelta | None)
     worker = Worker([Consumer(binding, handle)], poll=poll)
     with psycopg.connect(dsn, autocommit=True) as conn:
         # Emptied before the worker starts: TRUNCATE against its pops would deadlock.
-        conn.execute(f"TRUNCATE {TABLE}, {TABLE}_meta")  # type: ignore[arg-type]
+        conn.execute(f"TRUNCATE {TABLE}, {TABLE}_meta")
         thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False})
         thread.start()
         try:
@@ -132,7 +132,7 @@ def measure(env: BenchEnv) -> list[Measurement]:
     dsn = env.database("wakeup")
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in create_statements(_queue(None).spec, get_dialect("postgresql")):
-            conn.execute(statement)  # type: ignore[arg-type]
+            conn.execute(statement)
     try:
         return notify_cost(env, dsn) + pickup(env, dsn)
     finally:

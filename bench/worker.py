@@ -1,6 +1,7 @@
 """A worker process of the harness: ``python -m bench.worker SYSTEM DSN TASK ARG [SECONDS]``.
 
-Tasks: ``drain BATCH``, ``cycle BATCH SECONDS``, ``serve BATCH SECONDS`` (a long-running
+Tasks: ``drain BATCH``, ``cycle BATCH SECONDS``, ``pairs BATCH SECONDS`` (the cycle with
+pushes on one connection and pops on another), ``serve BATCH SECONDS`` (a long-running
 consumer recording each message's latency) and ``produce RATE SECONDS`` (stamped messages at
 a fixed rate). The process sets the system up (imports, connection), prints ``ready``, waits
 for ``go`` on stdin so that every process of a measurement starts together, runs the task and
@@ -44,6 +45,8 @@ def run(system: System, task: str, arg: float, seconds: float) -> dict[str, Any]
         tally = system.drain(int(arg))
     elif task == "cycle":
         tally = system.cycle(int(arg), seconds)
+    elif task == "pairs":
+        tally = system.cycle(int(arg), seconds, popper=system.popper())
     elif task == "serve":
 
         def handle(payload: str) -> None:

@@ -11,9 +11,11 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -35,6 +37,7 @@ def _timed(fn: Callable[[], object]) -> float:
 def push_single(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     """One message per transaction, one client."""
     n = env.size(20_000, 500)
+    system.expect(n)
     runs = []
     for _ in range(env.repeat):
         system.reset()
@@ -47,6 +50,7 @@ def push_batch(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     out = []
     for batch in (100, 1000):
         n = env.size(200_000, 2_000)
+        system.expect(n)
         runs = []
         for _ in range(env.repeat):
             system.reset()
@@ -60,12 +64,17 @@ def push_batch(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
 Spec = tuple[str, float, float, int]  # task, argument, seconds, how many processes
 
 
-def _workers(env: BenchEnv, system: System, task: str, count: int, batch: int, seconds: float = 0):
+Tallies = tuple[list[dict[str, Any]], list[float]]
+
+
+def _workers(
+    env: BenchEnv, system: System, task: str, count: int, batch: int, seconds: float = 0
+) -> Tallies:
     """Start ``count`` worker processes for ``task``; see :func:`_processes`."""
     return _processes(system, [(task, batch, seconds, count)])
 
 
-def _processes(system: System, specs: list[Spec]):
+def _processes(system: System, specs: list[Spec]) -> Tallies:
     """Start the worker processes of ``specs`` together; return their JSON results (in spec
     order) and the seconds each took from spawn to ready (interpreter, imports, connection)."""
     base = [sys.executable, "-m", "bench.worker", system.name, system.dsn]
@@ -126,6 +135,7 @@ def drain(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
             # A drain of fewer than five batches would time a single fetch.
             n = max(env.size(backlog, max(100, min(2_000, backlog // 10))), 5 * batch)
             runs, startups = [], []
+            system.expect(n)
             for _ in range(env.process_repeat):
                 system.reset()
                 system.fill(n)
@@ -143,19 +153,76 @@ def drain(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     return out
 
 
+def _cycle_runs(
+    env: BenchEnv, system: System, task: str, count: int, batch: int, seconds: float
+) -> list[float]:
+    """Messages per second taken by ``count`` processes cycling batches of ``batch`` for
+    ``seconds`` (``task``: cycle or pairs), one figure per repetition from a fresh queue."""
+    system.expect(count * batch)
+    runs = []
+    for _ in range(env.process_repeat):
+        system.reset()
+        tallies, _ = _workers(env, system, task, count, batch, seconds)
+        runs.append(_rate(tallies)[1])
+    return runs
+
+
 def cycle(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     """End to end: each worker pushes a batch of 100, pops it and acknowledges it, again and
     again (push_many + pop_batch + ack through the Python API)."""
     out = []
     seconds = 1.0 if env.quick else 5.0
     for workers in (1, 2):
-        runs = []
-        for _ in range(env.process_repeat):
-            system.reset()
-            tallies, _ = _workers(env, system, "cycle", workers, 100, seconds)
-            runs.append(_rate(tallies)[1])
+        runs = _cycle_runs(env, system, "cycle", workers, 100, seconds)
         params = {"workers": workers, "batch": 100}
         out.append(Measurement(system.name, "cycle", params, runs, extra={"seconds": seconds}))
+    return out
+
+
+#: Client pairs, message batches and synchronous_commit settings of the pairs workload.
+PAIRS = (1, 2, 4)
+PAIR_BATCHES = (1, 100)
+SYNC_COMMIT = ("on", "off")
+
+
+@contextmanager
+def synchronous_commit(env: BenchEnv, system: System, value: str) -> Iterator[None]:
+    """New connections to the system's database (the worker processes') run with
+    synchronous_commit ``value``; the run's own setting is restored afterwards."""
+    env.set_synchronous_commit(system.dsn, value == "on")
+    try:
+        yield
+    finally:
+        env.set_synchronous_commit(system.dsn, env.sync_commit)
+
+
+def pairs(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
+    """Client pairs, each a pusher and a popper connection in one process: push a message (or
+    a batch of 100), pop and acknowledge, again and again, with 1, 2 and 4 pairs and
+    synchronous_commit on and off (whatever the run's own setting)."""
+    seconds = env.pair_seconds or (1.5 if env.quick else 5.0)
+    return run_pairs(env, system, env.pair_counts or PAIRS, PAIR_BATCHES, SYNC_COMMIT, seconds)
+
+
+def run_pairs(
+    env: BenchEnv,
+    system: System,
+    counts: tuple[int, ...],
+    batches: tuple[int, ...],
+    syncs: tuple[str, ...],
+    seconds: float,
+) -> list[Measurement]:
+    """The pairs workload for the given pair counts, batch sizes and synchronous_commit values
+    (bench/ring_storage.py runs a part of it)."""
+    out = []
+    for sync in syncs:
+        with synchronous_commit(env, system, sync):
+            for batch in batches:
+                for count in counts:
+                    runs = _cycle_runs(env, system, "pairs", count, batch, seconds)
+                    params = {"pairs": count, "batch": batch, "sync_commit": sync}
+                    extra = {"seconds": seconds}
+                    out.append(Measurement(system.name, "pairs", params, runs, extra=extra))
     return out
 
 
@@ -205,6 +272,7 @@ def steady(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     max) and the rate actually served."""
     seconds = 1.5 if env.quick else 20.0
     p50s, p99s, maxes, rates, last = [], [], [], [], SteadyRun([], 0, 0)
+    system.expect(int(STEADY_RATE * seconds))  # all of it, should the consumers stall
     for _ in range(env.process_repeat):
         system.reset()
         run = run_steady(env, system, STEADY_RATE, seconds)
@@ -242,5 +310,6 @@ WORKLOADS: dict[str, Runner] = {
     "push_batch": push_batch,
     "drain": drain,
     "cycle": cycle,
+    "pairs": pairs,
     "steady": steady,
 }

@@ -11,7 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Self
 
 if TYPE_CHECKING:
     from bench.env import BenchEnv
@@ -83,7 +83,7 @@ class System(ABC):
         return cls.database or cls.name.replace("-", "_")
 
     @classmethod
-    def create(cls, env: BenchEnv) -> System:
+    def create(cls, env: BenchEnv) -> Self:
         """Make the database and schema; return the system ready to run."""
         system = cls(env.database(cls.db_name()))
         system.install()
@@ -116,22 +116,47 @@ class System(ABC):
     def depth(self) -> int:
         """Messages not yet consumed (asked on a separate connection)."""
 
+    def expect(self, depth: int) -> None:  # noqa: B027 - unbounded queues need nothing
+        """Be told, before :meth:`reset`, the most messages the next runs keep in the queue at
+        once. A bounded queue (the ring) sizes itself from it at its next reset."""
+
+    def popper(self) -> System:
+        """The popper of a client pair: this system on a connection of its own (the pusher
+        keeps this one). A system whose connection is per thread rather than per instance
+        (Django's) overrides it."""
+        return type(self)(self.dsn)
+
     # -- consumer side: called in a worker process --------------------------------------------
 
     @abstractmethod
     def drain(self, batch: int) -> Tally:
         """Consume with a no-op handler until the queue is empty; count what was handled."""
 
-    def cycle_once(self, batch: int) -> int:
-        """Push a batch, then pop and acknowledge a batch; return how many were consumed."""
+    def take(self, batch: int) -> int:
+        """Pop up to ``batch`` messages and acknowledge them; return how many."""
         raise NotImplementedError(f"{self.name} has no cycle workload")
 
-    def cycle(self, batch: int, seconds: float) -> Tally:
-        """Run :meth:`cycle_once` for ``seconds`` (the end-to-end workload)."""
+    def push_some(self, batch: int) -> None:
+        """Push ``batch`` messages: a single push for one, else one batch call."""
+        if batch == 1:
+            self.push_payload(PAYLOAD)
+        else:
+            self.push_batch(batch, batch)
+
+    def cycle_once(self, batch: int) -> int:
+        """Push a batch, then pop and acknowledge a batch; return how many were consumed."""
+        self.push_some(batch)
+        return self.take(batch)
+
+    def cycle(self, batch: int, seconds: float, popper: System | None = None) -> Tally:
+        """Push a batch and take a batch, again and again for ``seconds`` (the end-to-end
+        workloads): on this one connection, or popping on ``popper``'s (a client pair)."""
+        take = self.take if popper is None else popper.take
         tally = Tally()
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
-            tally.add(self.cycle_once(batch))
+            self.push_some(batch)
+            tally.add(take(batch))
         return tally
 
     def churn(self, n: int, batch: int = 1000) -> None:

@@ -55,7 +55,7 @@ def _prefix() -> str:
 @functools.cache
 def _celery() -> tuple[Any, Any, str]:
     """The app, its task and its queue name for this run's prefix (one per process)."""
-    from celery import Celery
+    from celery import Celery  # type: ignore[import-untyped]
 
     prefix = _prefix()
     queue = f"{prefix}_bench"
@@ -68,7 +68,7 @@ def _celery() -> tuple[Any, Any, str]:
         broker_connection_retry_on_startup=True,
     )
 
-    @app.task(name=TASK, ignore_result=True)
+    @app.task(name=TASK, ignore_result=True)  # type: ignore[untyped-decorator]
     def noop(payload: str) -> None:
         if _Hook.handle is not None:
             _Hook.handle(payload)
@@ -141,9 +141,9 @@ class CeleryRedis(System):
         """Run a solo-pool worker in this process until ``stop()`` says so; ``stop`` runs in the
         worker's event loop (between tasks) every TICK seconds, and a warm shutdown follows."""
         from celery import signals
-        from celery.exceptions import SecurityWarning
-        from celery.platforms import EX_OK
-        from celery.worker import state
+        from celery.exceptions import SecurityWarning  # type: ignore[import-untyped]
+        from celery.platforms import EX_OK  # type: ignore[import-untyped]
+        from celery.worker import state  # type: ignore[import-untyped]
 
         # Celery warns when it runs as root (CI containers do); the warning is all it does.
         warnings.filterwarnings("ignore", category=SecurityWarning)

@@ -9,25 +9,26 @@ from typing import Any
 import psycopg
 
 from bench.systems.base import IDLE_SLEEP, PAYLOAD, System, Tally
-from dbqueue import Field, FieldKind, QueueSpec, SplitQueue, get_dialect
+from dbqueue import Field, FieldKind, QueueSpec, RingQueue, SplitQueue, get_dialect
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.schema import create_statements
 
 SPEC = QueueSpec("bench_split", (Field("payload", FieldKind.TEXT),))
+POSTGRESQL = get_dialect("postgresql")
 
 
-class DBQueueCore(System):
-    name = "dbqueue-core"
-    label = "dbqueue split queue, core API"
-    workloads = frozenset(
-        {"push_single", "push_batch", "drain", "cycle", "steady", "bloat", "longtx"}
-    )
-    tables = (SPEC.table, SPEC.meta_table)
+class CoreSystem(System):
+    """A dbqueue layout through the core API on one autocommit psycopg connection: what the
+    split and ring systems share (they differ in their queue and how they build its tables)."""
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
-        self.queue = SplitQueue(SPEC, get_dialect("postgresql"))
         self._ex: PsycopgExecutor | None = None
+
+    @property
+    def queue(self) -> SplitQueue | RingQueue:
+        """The queue object the operations go through."""
+        raise NotImplementedError
 
     @property
     def ex(self) -> PsycopgExecutor:
@@ -35,12 +36,10 @@ class DBQueueCore(System):
             self._ex = PsycopgExecutor(psycopg.connect(self.dsn, autocommit=True))
         return self._ex
 
-    def install(self) -> None:
-        for statement in create_statements(SPEC, self.queue.dialect):
+    def run(self, statements: list[str]) -> None:
+        """Run DDL statements on the producer's connection."""
+        for statement in statements:
             self.ex.execute(statement, {})
-
-    def reset(self) -> None:
-        self.ex.execute(f"TRUNCATE {SPEC.table}, {SPEC.meta_table}", {})
 
     def close(self) -> None:
         if self._ex is not None:
@@ -57,18 +56,23 @@ class DBQueueCore(System):
             self.queue.push_many(self.ex, rows[: min(batch, n - start)], batch_size=batch)
 
     def depth(self) -> int:
-        with psycopg.connect(self.dsn) as conn:
-            row = conn.execute(f"SELECT count(*) FROM {SPEC.meta_table}").fetchone()
-            return int(row[0])  # type: ignore[index]
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            stats = self.queue.stats(PsycopgExecutor(conn))
+        return stats.ready + stats.scheduled + stats.leased
 
     def drain(self, batch: int) -> Tally:
-        tally, q, ex = Tally(), self.queue, self.ex
-        while items := q.pop_batch(ex, batch):
-            for _item in items:
-                pass  # the no-op handler
-            q.ack(ex, items)
-            tally.add(len(items))
+        tally = Tally()
+        while taken := self.take(batch):
+            tally.add(taken)
         return tally
+
+    def take(self, batch: int) -> int:
+        q, ex = self.queue, self.ex
+        items = q.pop_batch(ex, batch)
+        for _item in items:
+            pass  # the no-op handler
+        q.ack(ex, items)
+        return len(items)
 
     def push_payload(self, payload: str) -> None:
         self.queue.push(self.ex, {"payload": payload})
@@ -87,12 +91,28 @@ class DBQueueCore(System):
             tally.add(len(items))
         return tally
 
-    def cycle_once(self, batch: int) -> int:
-        q, ex = self.queue, self.ex
-        q.push_many(ex, [{"payload": PAYLOAD}] * batch)
-        items = q.pop_batch(ex, batch)
-        q.ack(ex, items)
-        return len(items)
+
+class DBQueueCore(CoreSystem):
+    name = "dbqueue-core"
+    label = "dbqueue split queue, core API"
+    workloads = frozenset(
+        {"push_single", "push_batch", "drain", "cycle", "pairs", "steady", "bloat", "longtx"}
+    )
+    tables = (SPEC.table, SPEC.meta_table)
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self._queue = SplitQueue(SPEC, POSTGRESQL)
+
+    @property
+    def queue(self) -> SplitQueue:
+        return self._queue
+
+    def install(self) -> None:
+        self.run(create_statements(SPEC, POSTGRESQL))
+
+    def reset(self) -> None:
+        self.ex.execute(f"TRUNCATE {SPEC.table}, {SPEC.meta_table}", {})
 
 
 class DBQueueCoreAtMostOnce(DBQueueCore):
@@ -101,14 +121,8 @@ class DBQueueCoreAtMostOnce(DBQueueCore):
     name = "dbqueue-core-amo"
     label = "dbqueue split queue, core API, at-most-once pops"
     database = "dbqueue_core"
+    # The pairs would repeat dbqueue-core's figures: its producers and consumers are the same.
+    workloads = DBQueueCore.workloads - {"pairs"}
 
-    def drain(self, batch: int) -> Tally:
-        tally, q, ex = Tally(), self.queue, self.ex
-        while items := q.pop_batch(ex, batch, mode="at_most_once"):
-            tally.add(len(items))
-        return tally
-
-    def cycle_once(self, batch: int) -> int:
-        q, ex = self.queue, self.ex
-        q.push_many(ex, [{"payload": PAYLOAD}] * batch)
-        return len(q.pop_batch(ex, batch, mode="at_most_once"))
+    def take(self, batch: int) -> int:
+        return len(self.queue.pop_batch(self.ex, batch, mode="at_most_once"))

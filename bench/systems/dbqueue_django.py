@@ -100,9 +100,8 @@ class DBQueueDjango(System):
             tally.add(len(items))
         return tally
 
-    def cycle_once(self, batch: int) -> int:
+    def take(self, batch: int) -> int:
         queue = self.model.queue
-        queue.push_many([{"payload": PAYLOAD}] * batch)
         items = queue.pop_batch(batch)
         queue.ack(items)
         return len(items)

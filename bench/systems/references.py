@@ -18,7 +18,7 @@ class Thin(System):
     name = "thin"
     label = "thin psycopg loop (reference)"
     workloads = frozenset(
-        {"push_single", "push_batch", "drain", "cycle", "steady", "bloat", "longtx"}
+        {"push_single", "push_batch", "drain", "cycle", "pairs", "steady", "bloat", "longtx"}
     )
     table: ClassVar[str] = "thin_q"
     tables = ("thin_q",)
@@ -90,8 +90,7 @@ class Thin(System):
             tally.add(len(rows))
         return tally
 
-    def cycle_once(self, batch: int) -> int:
-        self.push_batch(batch, batch)
+    def take(self, batch: int) -> int:
         return len(self._conn().execute(self.pop_sql, (batch,), prepare=True).fetchall())
 
 

@@ -1,0 +1,103 @@
+"""dbqueue's ring queue, through the core directly (no framework).
+
+A ring holds at most ``capacity`` messages, so the harness tells each system, before a run,
+the most messages the workload keeps in the queue at once (:meth:`System.expect`); the ring
+is rebuilt with :func:`ring_capacity` slots for it at its next reset. Worker processes, which
+construct the system from its DSN alone, read the capacity from the table (its slot count).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Self
+
+from bench.systems.dbqueue_core import POSTGRESQL, CoreSystem
+from dbqueue import Field, FieldKind, QueueOptions, QueueSpec, RingQueue
+from dbqueue.schema import create_ring_statements, drop_ring_statements
+
+if TYPE_CHECKING:
+    from bench.env import BenchEnv
+
+RING_TABLE = "bench_ring"
+FIELDS = (Field("payload", FieldKind.TEXT),)
+#: The smallest ring the harness builds: room for the in-flight batches of every workload
+#: that keeps only a few batches in the queue (cycle, pairs, the bloat soak's 1,000).
+MIN_CAPACITY = 1000
+
+
+#: What the report says about the rings' sizes.
+CAPACITY_NOTE = (
+    "ring capacity: each workload's ring has as many slots as the workload keeps messages in "
+    f"the queue at once, at least {MIN_CAPACITY:,}: push_single and push_batch the messages "
+    "pushed, drain the backlog, cycle and pairs 1,000 (a few batches in flight), the bloat "
+    "soak 1,000 (its batch), steady and longtx every message the producers push in the run"
+)
+
+
+def ring_capacity(depth: int) -> int:
+    """The slots a ring gets for a workload that keeps at most ``depth`` messages in it: the
+    workload's own bound, never less than :data:`MIN_CAPACITY`. (A fixed-capacity front end,
+    such as a Django model, would declare the largest its workloads ask for.)"""
+    return max(MIN_CAPACITY, depth)
+
+
+def ring_spec(capacity: int) -> QueueSpec:
+    """The benchmark ring (one 300-character text payload) with ``capacity`` slots."""
+    return QueueSpec(RING_TABLE, FIELDS, QueueOptions(capacity=capacity))
+
+
+class DBQueueRing(CoreSystem):
+    name = "dbqueue-ring"
+    label = "dbqueue ring queue, core API"
+    workloads = frozenset(
+        {"push_single", "push_batch", "drain", "cycle", "pairs", "steady", "bloat", "longtx"}
+    )
+    tables = (RING_TABLE, f"{RING_TABLE}_failed")
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(dsn)
+        self._capacity: int | None = None
+        self._queue: RingQueue | None = None
+        #: A storage experiment's fillfactor for the slot table (bench/ring_storage.py);
+        #: None keeps dbqueue.schema's.
+        self.fillfactor: int | None = None
+
+    @classmethod
+    def create(cls, env: BenchEnv) -> Self:
+        if CAPACITY_NOTE not in env.notes:
+            env.notes.append(CAPACITY_NOTE)
+        return super().create(env)
+
+    @property
+    def capacity(self) -> int:
+        """The ring's slots: chosen by :meth:`expect` here, read from the table in a worker."""
+        if self._capacity is None:
+            row = self.ex.execute(f"SELECT count(*) FROM {RING_TABLE}", {})[0]
+            self._capacity = int(row[0])
+        return self._capacity
+
+    @property
+    def queue(self) -> RingQueue:
+        if self._queue is None:
+            self._queue = RingQueue(ring_spec(self.capacity), POSTGRESQL)
+        return self._queue
+
+    def expect(self, depth: int) -> None:
+        self._capacity = ring_capacity(depth)
+
+    def install(self) -> None:
+        self._capacity = self._capacity or MIN_CAPACITY
+        self._build()
+
+    def reset(self) -> None:
+        """Rebuild the ring at the expected capacity: slots, sequences and this process's
+        pending claims start afresh (a TRUNCATE would remove the preallocated slots)."""
+        self.run(drop_ring_statements(self.queue.spec, POSTGRESQL))
+        self._build()
+
+    def _build(self) -> None:
+        self._queue = None
+        spec = self.queue.spec
+        self.run(create_ring_statements(spec, POSTGRESQL))
+        if self.fillfactor is not None:
+            # After the slots are inserted, as dbqueue.schema sets RING_FILLFACTOR.
+            self.run([f"ALTER TABLE {spec.table} SET (fillfactor = {self.fillfactor})"])
