@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from tests.pg import server_dsn, worker_id
 
@@ -22,18 +24,31 @@ PAIRED = ("thin", "naive", "dbqueue-core", "dbqueue-ring")
 PEERS = ("pgqueuer", "procrastinate", "django-tasks-db", "celery-redis")
 
 
+def _drop_databases(prefix: str) -> None:
+    """Drop the run's databases: a server named by DBQUEUE_TEST_DSN outlives the test run."""
+    with psycopg.connect(server_dsn(), autocommit=True) as conn:
+        names = conn.execute(
+            "SELECT datname FROM pg_database WHERE left(datname, length(%s)) = %s",
+            (prefix, prefix),
+        ).fetchall()
+        for (name,) in names:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
 def _bench(out: Path, *args: str, module: str = "bench") -> dict[str, Any]:
     """Run ``python -m <module> --repeat 1 ARGS`` into ``out``; return its results.json."""
-    env = {
-        **os.environ,
-        "DBQUEUE_BENCH_DSN": server_dsn(),
-        "DBQUEUE_BENCH_PREFIX": f"smoke_{worker_id()}_{os.getpid()}_{out.name}",
-    }
+    prefix = f"smoke_{worker_id()}_{os.getpid()}_{out.name}"
+    env = {**os.environ, "DBQUEUE_BENCH_DSN": server_dsn(), "DBQUEUE_BENCH_PREFIX": prefix}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     cmd = [sys.executable, "-m", module, "--repeat", "1", "--out", str(out), *args]
-    result = subprocess.run(
-        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
-    )
+    try:
+        result = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
+        )
+    finally:
+        _drop_databases(f"{prefix}_")
     assert result.returncode == 0, result.stdout + result.stderr
     data: dict[str, Any] = json.loads((out / "results.json").read_text())
     # Dead tuples may be 0 (autovacuum got there first), and so may the share of HOT updates
