@@ -188,7 +188,7 @@ class RingQueue(Layout):
         deadline = time.monotonic() + self.spec.options.push_timeout.total_seconds()
         pause = _WAIT_FIRST
         while pending:
-            outcomes = self._try_push(ex, [(number, rows[i]) for i, number in pending])
+            outcomes = self._attempt(ex, [(number, rows[i]) for i, number in pending])
             waiting: list[tuple[int, int | None]] = []
             for (i, _), (outcome, number) in zip(pending, outcomes, strict=True):
                 if outcome == _LANDED:
@@ -210,6 +210,29 @@ class RingQueue(Layout):
                 pause = min(pause * 2, _WAIT_MAX)
             pending = waiting
         return [n for n in ids if n is not None]
+
+    def _attempt(
+        self, ex: Executor, batch: list[tuple[int | None, list[Any]]]
+    ) -> list[tuple[str, int | None]]:
+        """One push attempt; inside the caller's transaction (PostgreSQL), in a savepoint that
+        is rolled back unless every row landed.
+
+        A push whose UPDATE waited for a concurrent writer of its slot (a hole marker, the
+        sweeper) and then failed its recheck still holds that row's lock: READ COMMITTED locks
+        the newest version before rechecking. In the caller's transaction the lock would last
+        until it ends, and the slot's next pusher would block inside PostgreSQL, past its
+        push_timeout. Rolling back to the savepoint releases it; rows that had landed are
+        pushed again under the same numbers (their slots are free for them again).
+        """
+        if not (self._sequences and ex.in_transaction()):
+            return self._try_push(ex, batch)
+        outcomes: list[tuple[str, int | None]] = []
+        with contextlib.suppress(_Rollback), ex.atomic():
+            outcomes = self._try_push(ex, batch)
+            if all(outcome == _LANDED for outcome, _ in outcomes):
+                return outcomes
+            raise _Rollback
+        return [(_WAIT if o == _LANDED else o, n) for o, n in outcomes]
 
     def _may_wait(self, ex: Executor) -> bool:
         # With sequences (PostgreSQL) poppers on other connections free slots while this push
@@ -484,4 +507,4 @@ class RingQueue(Layout):
 
 
 class _Rollback(Exception):
-    """Raised inside a SQLite push transaction to undo it when the ring is full."""
+    """Raised inside a push attempt's transaction or savepoint to undo it (see _attempt)."""

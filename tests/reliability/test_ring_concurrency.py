@@ -493,14 +493,6 @@ def report(
     print(f"{what}: {figures}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=psycopg.errors.LockNotAvailable,
-    reason="ring protocol bug: a push attempt that waited for a concurrent hole mark of its "
-    "slot and then failed its recheck keeps that slot row-locked (READ COMMITTED EvalPlanQual "
-    "locks the newest row version before rechecking) for the rest of the pusher's transaction, "
-    "so the next lap's pusher of that slot blocks inside PostgreSQL, past its push_timeout",
-)
 def test_a_push_that_does_not_land_leaves_its_slot_unlocked(pg_dsn: str, table_name: str) -> None:
     """Minimal reproduction (a ring of 4 slots): pusher B, in a transaction, waits for a free
     slot for number 4 (the ring is full). Message 0 is popped, and while B retries number 4, a
