@@ -15,7 +15,7 @@ from dbqueue.codec import Codec
 from dbqueue.dialects.base import Dialect
 from dbqueue.errors import InvalidArgument, NotLeased, QueueTableMissing, TransactionStateError
 from dbqueue.executor import Executor, Row
-from dbqueue.message import DeliveryMode, State
+from dbqueue.message import DeliveryMode, Message, State
 from dbqueue.spec import PRIORITY_MAX, PRIORITY_MIN, QueueSpec
 from dbqueue.sql import Statement, render
 
@@ -188,6 +188,61 @@ class Layout:
         items: Iterable[TokenLike] = [ids] if isinstance(ids, int) or hasattr(ids, "id") else ids
         out = [to_token(i)[0] for i in items]
         return list(dict.fromkeys(out))
+
+    # -- pop --------------------------------------------------------------------------------
+
+    def _take(
+        self, ex: Executor, operation: str, n: int, params: dict[str, Any]
+    ) -> tuple[int, list[Message]]:
+        """Run a pop statement (``pop_leased``, ``pop_remove`` or ``ack_pop``); return the
+        count its ack removed (0 for the pops) and the messages taken, in delivery order."""
+        raise NotImplementedError
+
+    def pop_batch(
+        self,
+        ex: Executor,
+        n: int = 1,
+        *,
+        mode: DeliveryMode | str = DeliveryMode.AT_LEAST_ONCE,
+        lease: dt.timedelta | None = None,
+    ) -> list[Message]:
+        """Take up to ``n`` items in the layout's delivery order (split: priority, then run_at,
+        then id; ring: push order) in the given :class:`~dbqueue.message.DeliveryMode`."""
+        check_count("pop_batch", n)
+        lease = self._lease(lease)
+        if DeliveryMode.parse(mode) is DeliveryMode.AT_LEAST_ONCE:
+            params = {"n": n, "lease": lease, **self._clock(lease_until=lease)}
+            return self._take(ex, "pop_leased", n, params)[1]
+        self._check_mode(ex, mode)
+        return self._take(ex, "pop_remove", n, {"n": n, **self._clock()})[1]
+
+    def ack_pop(
+        self,
+        ex: Executor,
+        items: TokenLike,
+        n: int,
+        *,
+        lease: dt.timedelta | None = None,
+    ) -> tuple[int, list[Message]]:
+        """Ack ``items`` (those still leased under their token, as ``strict=False``) and lease
+        up to ``n`` more, in one transaction: a worker's loop with one commit per batch.
+
+        Returns how many items were acked and the newly leased messages. With data-modifying
+        CTEs (PostgreSQL) this is one statement (``<layout>_ack_pop``): half the round trips
+        and commits of ack + pop.
+        """
+        check_count("ack_pop", n)
+        lease = self._lease(lease)
+        tokens = to_tokens(items)
+        if not tokens:
+            return 0, self.pop_batch(ex, n, lease=lease)
+        if not self.dialect.supports_writable_cte:
+            # No <layout>_ack_pop statement here: the ack and the pop, in one transaction.
+            with ex.atomic():
+                acked = self.ack(ex, tokens, strict=False)
+                return len(acked), self.pop_batch(ex, n, lease=lease)
+        params = {**self._token_params(tokens), "strict": False, "n": n, "lease": lease}
+        return self._take(ex, "ack_pop", n, params)
 
     # -- acknowledge, fail, extend ------------------------------------------------------------
 

@@ -41,11 +41,9 @@ from dbqueue.layout import (
     ZERO,
     Layout,
     TokenLike,
-    check_count,
     positive,
-    to_tokens,
 )
-from dbqueue.message import DeliveryMode, Message, QueueStats, RescueResult, State
+from dbqueue.message import Message, QueueStats, RescueResult, State
 from dbqueue.spec import QueueSpec
 
 #: How a push attempt of one message ended.
@@ -198,12 +196,13 @@ class RingQueue(Layout):
             if any(number is not None for _, number in waiting) or (
                 waiting and not self._sequences
             ):
-                if time.monotonic() >= deadline or not self._may_wait(ex):
+                may_wait = self._may_wait(ex)
+                if time.monotonic() >= deadline or not may_wait:
                     why = (
-                        "and SQLite cannot wait inside a transaction (no popper can run while "
-                        "it holds the write lock)"
-                        if not self._may_wait(ex)
-                        else "after waiting push_timeout"
+                        "after waiting push_timeout"
+                        if may_wait
+                        else "and SQLite cannot wait inside a transaction (no popper can run "
+                        "while it holds the write lock)"
                     )
                     raise QueueFull(self.spec.table, self.capacity, ids, why)
                 time.sleep(pause)
@@ -295,49 +294,10 @@ class RingQueue(Layout):
 
     # -- pop ----------------------------------------------------------------------------------
 
-    def pop_batch(
-        self,
-        ex: Executor,
-        n: int = 1,
-        *,
-        mode: DeliveryMode | str = DeliveryMode.AT_LEAST_ONCE,
-        lease: dt.timedelta | None = None,
-    ) -> list[Message]:
-        """Take up to ``n`` messages in push order (see :class:`~dbqueue.message.DeliveryMode`)."""
-        check_count("pop_batch", n)
-        lease = self._lease(lease)
-        if DeliveryMode.parse(mode) is DeliveryMode.AT_LEAST_ONCE:
-            params = {"n": n, "lease": lease, **self._clock(lease_until=lease)}
-            return self._pop(ex, "pop_leased", n, params)[1]
-        self._check_mode(ex, mode)
-        return self._pop(ex, "pop_remove", n, {"n": n, **self._clock()})[1]
-
-    def ack_pop(
-        self,
-        ex: Executor,
-        items: TokenLike,
-        n: int,
-        *,
-        lease: dt.timedelta | None = None,
-    ) -> tuple[int, list[Message]]:
-        """Ack ``items`` (as ``strict=False``) and lease up to ``n`` more in one transaction;
-        on PostgreSQL one statement (``ring_ack_pop``)."""
-        check_count("ack_pop", n)
-        lease = self._lease(lease)
-        tokens = to_tokens(items)
-        if not tokens:
-            return 0, self.pop_batch(ex, n, lease=lease)
-        if not self._sequences:
-            with ex.atomic():
-                acked = self.ack(ex, tokens, strict=False)
-                return len(acked), self.pop_batch(ex, n, lease=lease)
-        params = {**self._token_params(tokens), "strict": False, "n": n, "lease": lease}
-        return self._pop(ex, "ack_pop", n, params)
-
-    def _pop(
+    def _take(
         self, ex: Executor, operation: str, n: int, params: dict[str, Any]
     ) -> tuple[int, list[Message]]:
-        """Run a pop statement; return (the count of its ack, if any, the messages taken)."""
+        """On PostgreSQL the pops work through claims (see the module docstring)."""
         if not self._sequences:
             rows = self._run(ex, operation, params)
             return 0, sorted(self._messages(rows), key=lambda m: m.id)

@@ -18,12 +18,10 @@ from dbqueue.layout import (
     ZERO,
     Layout,
     TokenLike,
-    check_count,
     check_priority,
     positive,
-    to_tokens,
 )
-from dbqueue.message import DeliveryMode, Message, QueueStats, RescueResult, State
+from dbqueue.message import Message, QueueStats, RescueResult, State
 
 __all__ = ["SplitQueue", "TokenLike"]
 
@@ -116,22 +114,13 @@ class SplitQueue(Layout):
 
     # -- pop ----------------------------------------------------------------------------------
 
-    def pop_batch(
-        self,
-        ex: Executor,
-        n: int = 1,
-        *,
-        mode: DeliveryMode | str = DeliveryMode.AT_LEAST_ONCE,
-        lease: dt.timedelta | None = None,
-    ) -> list[Message]:
-        """Take up to ``n`` due items: priority (higher first), then run_at, then id."""
-        check_count("pop_batch", n)
-        lease = self._lease(lease)
-        if DeliveryMode.parse(mode) is DeliveryMode.AT_LEAST_ONCE:
-            params = {"n": n, "lease": lease, **self._clock(lease_until=lease)}
-            return self._messages(self._run(ex, "pop_leased", params))
-        self._check_mode(ex, mode)
-        return self._messages(self._run(ex, "pop_remove", {"n": n, **self._clock()}))
+    def _take(
+        self, ex: Executor, operation: str, n: int, params: dict[str, Any]
+    ) -> tuple[int, list[Message]]:
+        rows = self._run(ex, operation, params)
+        if operation == "ack_pop":  # the first column is the count acked (see split_ack_pop)
+            return int(rows[0][0]), self._messages([r[1:] for r in rows if r[1] is not None])
+        return 0, self._messages(rows)
 
     def _messages(self, rows: list[Row]) -> list[Message]:
         t = self.dialect.time_result
@@ -143,36 +132,6 @@ class SplitQueue(Layout):
         if not self.dialect.orders_returning:
             messages.sort(key=lambda m: (-m.priority, m.run_at, m.id))
         return messages
-
-    # -- acknowledge, fail, extend ------------------------------------------------------------
-
-    def ack_pop(
-        self,
-        ex: Executor,
-        items: TokenLike,
-        n: int,
-        *,
-        lease: dt.timedelta | None = None,
-    ) -> tuple[int, list[Message]]:
-        """Ack ``items`` (those still leased under their token, as ``strict=False``) and lease
-        up to ``n`` more, in one transaction: a worker's loop with one commit per batch.
-
-        Returns how many items were acked and the newly leased messages. On PostgreSQL this is
-        one statement (``split_ack_pop``): half the round trips and commits of ack + pop.
-        """
-        check_count("ack_pop", n)
-        lease = self._lease(lease)
-        tokens = to_tokens(items)
-        if not tokens:
-            return 0, self.pop_batch(ex, n, lease=lease)
-        if not self.dialect.supports_writable_cte:
-            # No split_ack_pop statement here: the ack and the pop, in one transaction.
-            with ex.atomic():
-                acked = self.ack(ex, tokens, strict=False)
-                return len(acked), self.pop_batch(ex, n, lease=lease)
-        params = {**self._token_params(tokens), "strict": False, "n": n, "lease": lease}
-        rows = self._run(ex, "ack_pop", params)
-        return int(rows[0][0]), self._messages([r[1:] for r in rows if r[1] is not None])
 
     # -- administration -----------------------------------------------------------------------
 

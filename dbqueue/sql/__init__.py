@@ -120,6 +120,14 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
             for i, (n, f) in enumerate(zip(names, fields, strict=True))
         ),
         "set_r": "".join(f", {n} = r.c{i}" for i, n in enumerate(names)),
+        # One push's values as the columns of a one-row `r` (cast: a select list has no target
+        # column to infer their types from).
+        "r_params": "".join(
+            f", {dialect.payload_param(f'p{i}', f)}::{dialect.array_type(f.kind)[:-2]} AS c{i}"
+            for i, f in enumerate(fields)
+        )
+        if dialect.supports_array_params
+        else "",
         "set_m": "".join(f", {n} = m.{n}" for n in names),
         "payload_arrays": arrays,
         "r_names": "".join(f", c{i}" for i in range(len(fields))),

@@ -18,32 +18,11 @@
 -- _pop_next --
 (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM {pop_seq_rel})
 
--- ring_push --
--- A new number (or, under backpressure, the same number again: %(p)s) written into its slot if
--- the slot is free for it. The last two columns show the slot as it was, so the caller can tell
--- a full ring (seq <= p - C: wait) from a number given up on (seq >= p: take another).
-WITH n AS (
-    SELECT COALESCE(%(p)s::bigint, nextval({push_seq})) AS p
-), u AS (
-    UPDATE {ring} AS t
-    SET seq = n.p, state = 1, attempts = 0, pushed_at = statement_timestamp(),
-        lease_until = NULL, last_error = NULL{set_params}
-    FROM n
-    WHERE t.slot = mod(n.p, %(capacity)s::bigint) AND t.state = 0
-      AND t.seq = n.p - %(capacity)s::bigint
-    RETURNING t.seq
-)
-SELECT n.p, (SELECT count(*) FROM u), s.seq, s.state
-FROM n LEFT JOIN {ring} AS s ON s.slot = mod(n.p, %(capacity)s::bigint);
-
--- ring_push_many --
--- One statement per batch: numbers taken in input order (NULL in %(ps)s = a new number), each
--- row written into its slot if free. Two rows of one batch never match the same slot: only the
--- lower number can find the slot holding its number minus C.
-WITH r AS (
-    SELECT COALESCE(r.p, nextval({push_seq})) AS p, r.ord{r_columns}
-    FROM unnest(%(ps)b::bigint[]{payload_arrays}) WITH ORDINALITY AS r(p{r_names}, ord)
-), u AS (
+-- _written --
+-- A fragment of both pushes: the rows of `r` (number p, payload c0..) written into their slots
+-- where the slot is free for them: empty and holding p - C. Two rows of one batch never match
+-- the same slot: only the lower number can find the slot holding its number minus C.
+u AS (
     UPDATE {ring} AS t
     SET seq = r.p, state = 1, attempts = 0, pushed_at = statement_timestamp(),
         lease_until = NULL, last_error = NULL{set_r}
@@ -52,9 +31,29 @@ WITH r AS (
       AND t.seq = r.p - %(capacity)s::bigint
     RETURNING t.seq
 )
+
+-- _push_outcome --
+-- One row per pushed row, in input order: its number, whether it landed, and its slot as it
+-- was, so the caller can tell a full ring (seq <= p - C: wait, retrying the same number) from a
+-- number given up on (seq >= p: take another).
 SELECT r.p, u.seq IS NOT NULL, s.seq, s.state
 FROM r LEFT JOIN u ON u.seq = r.p LEFT JOIN {ring} AS s ON s.slot = mod(r.p, %(capacity)s::bigint)
-ORDER BY r.ord;
+ORDER BY r.ord
+
+-- ring_push --
+-- A new number, or under backpressure the same number again (%(p)s).
+WITH r AS (
+    SELECT COALESCE(%(p)s::bigint, nextval({push_seq})) AS p, 1 AS ord{r_params}
+), {_written}
+{_push_outcome};
+
+-- ring_push_many --
+-- One statement per batch: numbers taken in input order (NULL in %(ps)s = a new number).
+WITH r AS (
+    SELECT COALESCE(r.p, nextval({push_seq})) AS p, r.ord{r_columns}
+    FROM unnest(%(ps)b::bigint[]{payload_arrays}) WITH ORDINALITY AS r(p{r_names}, ord)
+), {_written}
+{_push_outcome};
 
 -- _claims --
 -- A fragment of the pops: the claims a popper still holds (%(held)s) and up to %(k)s new ones,
