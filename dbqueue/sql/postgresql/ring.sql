@@ -128,13 +128,11 @@ FROM holes
 WHERE t.slot = holes.slot AND t.state = 0 AND t.seq = holes.q - %(capacity)s::bigint
 RETURNING t.seq;
 
--- _tokens --
--- A fragment of ack, fail and ack_pop: the slots still leased under their token (number,
--- attempts), locked in slot order; `allowed` is all of them, or none when strict and any is
--- missing. A worker whose lease expired cannot touch the message's next delivery.
-tok AS (
-    SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
-), mine AS (
+-- _held --
+-- A fragment of ack, fail and ack_pop: the slots of `tok` still leased under their token
+-- (number, attempts), locked in slot order; `allowed` is all of them, or none when strict and
+-- any is missing. A worker whose lease expired cannot touch the message's next delivery.
+mine AS (
     SELECT t.slot FROM {ring} AS t JOIN tok ON t.slot = mod(tok.id, %(capacity)s::bigint)
     WHERE t.seq = tok.id AND t.state = 2 AND t.attempts = COALESCE(tok.attempts, t.attempts)
     ORDER BY t.slot
@@ -143,6 +141,11 @@ tok AS (
     SELECT slot FROM mine
     WHERE NOT %(strict)s OR (SELECT count(*) FROM mine) = %(count)s
 )
+
+-- _tokens --
+tok AS (
+    SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
+), {_held}
 
 -- _acked --
 acked AS (
@@ -173,15 +176,7 @@ ORDER BY rows.q;
 WITH tok AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[], %(delays)b::interval[],
                          %(errors)b::text[]) AS t(id, attempts, delay, error)
-), mine AS (
-    SELECT t.slot FROM {ring} AS t JOIN tok ON t.slot = mod(tok.id, %(capacity)s::bigint)
-    WHERE t.seq = tok.id AND t.state = 2 AND t.attempts = COALESCE(tok.attempts, t.attempts)
-    ORDER BY t.slot
-    FOR UPDATE OF t
-), allowed AS (
-    SELECT slot FROM mine
-    WHERE NOT %(strict)s OR (SELECT count(*) FROM mine) = %(count)s
-), moved AS (
+), {_held}, moved AS (
     INSERT INTO {failed} (id, attempts, pushed_at, failed_at, last_error{columns})
     SELECT t.seq, t.attempts, t.pushed_at, statement_timestamp(), tok.error{t_columns}
     FROM {ring} AS t JOIN allowed USING (slot) JOIN tok ON tok.id = t.seq
