@@ -67,8 +67,9 @@ fresh AS (
     UNION ALL
     SELECT unnest(%(held)b::bigint[])
 ), pick AS (
-    SELECT t.slot, t.seq FROM {ring} AS t JOIN claims AS c ON t.slot = mod(c.q, %(capacity)s::bigint)
-    WHERE t.seq = c.q AND t.state = 1
+    SELECT t.slot, t.seq FROM {ring} AS t
+    WHERE t.slot = ANY(ARRAY(SELECT mod(q, %(capacity)s::bigint) FROM claims))
+      AND t.seq = ANY(ARRAY(SELECT q FROM claims)) AND t.state = 1
     ORDER BY t.seq
     LIMIT %(n)s
     FOR UPDATE OF t SKIP LOCKED
@@ -80,7 +81,9 @@ fresh AS (
 SELECT c.q, s.seq AS slot_seq, s.state AS slot_state, p.*
 FROM claims AS c
 LEFT JOIN popped AS p ON p.seq = c.q
-LEFT JOIN {ring} AS s ON s.slot = mod(c.q, %(capacity)s::bigint)
+LEFT JOIN LATERAL (
+    SELECT s.seq, s.state FROM {ring} AS s WHERE s.slot = mod(c.q, %(capacity)s::bigint) LIMIT 1
+) AS s ON true
 
 -- _leased --
 popped AS (
@@ -256,8 +259,8 @@ WITH lock AS (
     RETURNING m.slot AS src, t.slot AS dst
 ), freed AS (
     UPDATE {ring} AS t SET state = 0, lease_until = NULL
-    WHERE t.slot IN (SELECT src FROM placed WHERE src <> dst)
-       OR t.slot IN (SELECT mod(id, %(capacity)s::bigint) FROM dead)
+    WHERE t.slot = ANY(ARRAY(SELECT src FROM placed WHERE src <> dst
+                             UNION ALL SELECT mod(id, %(capacity)s::bigint) FROM dead))
     RETURNING t.slot
 )
 SELECT (SELECT count(*) FROM placed), (SELECT count(*) FROM dead), (SELECT count(*) FROM victims),
@@ -273,25 +276,34 @@ SELECT (SELECT count(*) FROM placed), (SELECT count(*) FROM dead), (SELECT count
 -- skipped. Same lock as ring_sweep.
 WITH lock AS (
     SELECT pg_try_advisory_xact_lock(%(lock_key)s) AS got
-), nxt AS (
+), nxt AS MATERIALIZED (
     SELECT {_push_next} - %(capacity)s::bigint - 1 AS last
-), bound AS (
+), bound AS MATERIALIZED (
     SELECT max(seq) AS b FROM {ring}
     WHERE pushed_at < statement_timestamp() - %(hole_timeout)s::interval
+), due AS MATERIALIZED (
+    -- Only the slots that need it are locked and updated: locking every empty slot would
+    -- write (and WAL-log) a lock on each of them every sweep.
+    SELECT slot, q FROM (
+        SELECT t.slot, t.seq, GREATEST(
+            n.last - mod(mod(n.last - t.slot, %(capacity)s::bigint) + %(capacity)s::bigint,
+                         %(capacity)s::bigint),
+            CASE WHEN t.seq + %(capacity)s::bigint < (SELECT b FROM bound)
+                 THEN t.seq + %(capacity)s::bigint END) AS q
+        FROM {ring} AS t, nxt AS n
+        WHERE (SELECT got FROM lock) AND t.state = 0
+    ) AS d
+    WHERE q > seq
 ), holes AS (
-    SELECT t.slot, GREATEST(
-        n.last - mod(mod(n.last - t.slot, %(capacity)s::bigint) + %(capacity)s::bigint,
-                     %(capacity)s::bigint),
-        CASE WHEN t.seq + %(capacity)s::bigint < (SELECT b FROM bound)
-             THEN t.seq + %(capacity)s::bigint END) AS q
-    FROM {ring} AS t, nxt AS n
-    WHERE (SELECT got FROM lock) AND t.state = 0
-    FOR UPDATE OF t SKIP LOCKED
+    SELECT t.slot FROM {ring} AS t
+    WHERE t.slot = ANY(ARRAY(SELECT slot FROM due)) AND t.state = 0
+    FOR UPDATE SKIP LOCKED
 )
 UPDATE {ring} AS t
-SET seq = holes.q, pushed_at = NULL
-FROM holes
-WHERE t.slot = holes.slot AND t.state = 0 AND holes.q > t.seq
+SET seq = due.q, pushed_at = NULL
+FROM due
+WHERE t.slot = ANY(ARRAY(SELECT slot FROM holes)) AND t.slot = due.slot
+  AND t.state = 0 AND due.q > t.seq
 RETURNING t.seq;
 
 -- ring_retry --
