@@ -1,0 +1,77 @@
+"""The ring's hot statements reach their slots by primary key on PostgreSQL, whatever the
+capacity: no push, pop, ack, fail or extend may scan the slot table. A structural check on the
+planner's choice (EXPLAIN, never a timer): a join over the claims once planned as a hash join
+over every slot and made each pop cost O(capacity)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import Any
+
+import pytest
+
+from dbqueue.executor import Executor, Row
+from tests.core.ringbed import RingBed, ring_bed
+
+pytestmark = pytest.mark.postgresql
+
+CAPACITY = 20_000
+
+
+class ExplainingExecutor:
+    """Runs every statement after recording the relations its plan scans sequentially."""
+
+    def __init__(self, inner: Executor) -> None:
+        self.inner = inner
+        self.scans: list[tuple[str, str]] = []  # (relation, first line of the statement)
+
+    def execute(self, sql: str, params: Mapping[str, Any]) -> list[Row]:
+        if sql.lstrip().upper().startswith(("WITH", "SELECT", "UPDATE", "INSERT", "DELETE")):
+            plan = self.inner.execute("EXPLAIN (FORMAT JSON) " + sql, params)[0][0]
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            for relation in seq_scans(plan[0]["Plan"]):
+                self.scans.append((relation, sql.strip().splitlines()[0]))
+        return self.inner.execute(sql, params)
+
+    def in_transaction(self) -> bool:
+        return self.inner.in_transaction()
+
+    def atomic(self) -> AbstractContextManager[object]:
+        return self.inner.atomic()
+
+
+def seq_scans(node: dict[str, Any]) -> Iterator[str]:
+    if node.get("Node Type") == "Seq Scan":
+        yield node["Relation Name"]
+    for child in node.get("Plans", ()):
+        yield from seq_scans(child)
+
+
+@pytest.fixture
+def bed(request: pytest.FixtureRequest, table_name: str) -> Iterator[RingBed]:
+    with ring_bed("postgresql", request, table_name, capacity=CAPACITY) as b:
+        b.raw(f'ANALYZE "{b.spec.table}"')
+        yield b
+
+
+def test_hot_statements_never_scan_the_slots(bed: RingBed) -> None:
+    q, ex = bed.queue, ExplainingExecutor(bed.ex)
+    q.push(ex, {"n": 1})
+    q.push_many(ex, [{"n": i} for i in range(10)])
+    first = q.pop_batch(ex, 3)
+    q.ack(ex, first[:1])
+    q.extend(ex, first[1:2])
+    q.fail(ex, first[2:3], "boom")
+    acked, more = q.ack_pop(ex, first[1:2], 3)
+    assert acked == 1 and len(more) == 3
+    q.pop_batch(ex, 2, mode="at_most_once")
+    with ex.atomic():
+        q.pop_batch(ex, 2, mode="transactional")
+    q.delete(ex, more[:1])
+    bed.dead_pusher()
+    bed.dead_popper()
+    q.push(ex, {"n": 99})
+    q.pop_batch(ex, 5)  # claims the dead pusher's number: marks it as a hole
+    assert [s for s in ex.scans if s[0] == bed.spec.table] == []
