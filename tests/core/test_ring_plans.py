@@ -25,6 +25,7 @@ class ExplainingExecutor:
 
     def __init__(self, inner: Executor) -> None:
         self.inner = inner
+        self.dialect = inner.dialect
         self.scans: list[tuple[str, str]] = []  # (relation, first line of the statement)
 
     def execute(self, sql: str, params: Mapping[str, Any]) -> list[Row]:
