@@ -46,8 +46,11 @@ from dbqueue.layout import (
 from dbqueue.message import Message, QueueStats, RescueResult, State
 from dbqueue.spec import QueueSpec
 
-#: How a push attempt of one message ended.
-_LANDED, _WAIT, _RENEW = "landed", "wait", "renew"
+#: How a push attempt of one message ended: landed; wait (the slot still holds the previous
+#: lap: the ring is full); behind (the slot is empty but laps behind the number: pushers of
+#: the numbers in between have not written, see _push_all); renew (the number was given up
+#: on: take a new one).
+_LANDED, _WAIT, _BEHIND, _RENEW = "landed", "wait", "behind", "renew"
 #: Backpressure: the first and the longest sleep between retries of a push.
 _WAIT_FIRST, _WAIT_MAX = 0.001, 0.05
 #: At most this many claims a popper keeps waiting for their push to land.
@@ -180,20 +183,42 @@ class RingQueue(Layout):
         return ids
 
     def _push_all(self, ex: Executor, rows: list[list[Any]]) -> list[int]:
-        """Push every row, waiting for free slots (backpressure) up to push_timeout."""
+        """Push every row, waiting for free slots (backpressure) up to push_timeout.
+
+        A number whose slot is empty but laps behind it (the numbers in between went to
+        pushers that died, rolled back or gave up on a full ring) is written over the gap
+        once this pusher has held it for hole_timeout: every number in between was handed
+        out before it, so their pushers had longer than that, the hole rule of the pops. The
+        alternative, waiting for poppers to mark those holes one lap at a time, left a
+        drained ring refusing pushes (QueueFull on an empty ring) and every refused push
+        burned one more number.
+        """
         ids: list[int | None] = [None] * len(rows)
-        pending: list[tuple[int, int | None]] = [(i, None) for i in range(len(rows))]
+        # (row index, number or None for a new one, when this pusher took the number)
+        pending: list[tuple[int, int | None, float]] = [(i, None, 0.0) for i in range(len(rows))]
         deadline = time.monotonic() + self.spec.options.push_timeout.total_seconds()
+        hole_timeout = self._hole_timeout
+        jumps: set[int] = set()
         pause = _WAIT_FIRST
         while pending:
-            outcomes = self._attempt(ex, [(number, rows[i]) for i, number in pending])
-            waiting: list[tuple[int, int | None]] = []
-            for (i, _), (outcome, number) in zip(pending, outcomes, strict=True):
+            batch = [(number, rows[i]) for i, number, _ in pending]
+            outcomes = self._attempt(ex, batch, jumps)
+            now = time.monotonic()
+            waiting: list[tuple[int, int | None, float]] = []
+            behind: dict[int, int] = {}  # slot -> the lowest number allowed to jump into it
+            for (i, old, since), (outcome, number) in zip(pending, outcomes, strict=True):
                 if outcome == _LANDED:
                     ids[i] = number
+                elif outcome == _RENEW or number is None:
+                    waiting.append((i, None, 0.0))
                 else:
-                    waiting.append((i, number if outcome == _WAIT else None))
-            if any(number is not None for _, number in waiting) or (
+                    taken = since if old == number else now
+                    waiting.append((i, number, taken))
+                    if outcome == _BEHIND and now - taken >= hole_timeout:
+                        slot = number % self.capacity
+                        behind[slot] = min(behind.get(slot, number), number)
+            jumps = set(behind.values())
+            if any(number is not None for _, number, _ in waiting) or (
                 waiting and not self._sequences
             ):
                 may_wait = self._may_wait(ex)
@@ -211,7 +236,7 @@ class RingQueue(Layout):
         return [n for n in ids if n is not None]
 
     def _attempt(
-        self, ex: Executor, batch: list[tuple[int | None, list[Any]]]
+        self, ex: Executor, batch: list[tuple[int | None, list[Any]]], jumps: set[int]
     ) -> list[tuple[str, int | None]]:
         """One push attempt; inside the caller's transaction (PostgreSQL), in a savepoint that
         is rolled back unless every row landed.
@@ -224,10 +249,10 @@ class RingQueue(Layout):
         pushed again under the same numbers (their slots are free for them again).
         """
         if not (self._sequences and ex.in_transaction()):
-            return self._try_push(ex, batch)
+            return self._try_push(ex, batch, jumps)
         outcomes: list[tuple[str, int | None]] = []
         with contextlib.suppress(_Rollback), ex.atomic():
-            outcomes = self._try_push(ex, batch)
+            outcomes = self._try_push(ex, batch, jumps)
             if all(outcome == _LANDED for outcome, _ in outcomes):
                 return outcomes
             raise _Rollback
@@ -239,29 +264,40 @@ class RingQueue(Layout):
         return self._sequences or not ex.in_transaction()
 
     def _try_push(
-        self, ex: Executor, batch: list[tuple[int | None, list[Any]]]
+        self,
+        ex: Executor,
+        batch: list[tuple[int | None, list[Any]]],
+        jumps: set[int] | frozenset[int] = frozenset(),
     ) -> list[tuple[str, int | None]]:
-        """One attempt at each (number or None, encoded row): landed, wait (same number) or
-        renew (the number was given up on: take a new one)."""
+        """One attempt at each (number or None, encoded row): landed, wait or behind (same
+        number) or renew (the number was given up on: take a new one). Numbers in ``jumps``
+        may be written over a slot that is empty but laps behind them."""
         if not self._sequences:
             return self._try_push_serial(ex, batch)
+        common = {"jumps": sorted(jumps)}
         if len(batch) == 1:
             number, values = batch[0]
-            params = dict(zip(self._param_names, values, strict=True), p=number)
+            params = dict(zip(self._param_names, values, strict=True), p=number, **common)
             rows = self._run(ex, "push", params)
         else:
-            params = {"ps": [number for number, _ in batch]}
+            params = {"ps": [number for number, _ in batch], **common}
             for i, column in enumerate(zip(*(values for _, values in batch), strict=True)):
                 params[f"c{i}"] = list(column)
             rows = self._run(ex, "push_many", params)
-        return [self._push_outcome(int(r[0]), bool(r[1]), r[2]) for r in rows]
+        return [self._push_outcome(int(r[0]), bool(r[1]), r[2], r[3]) for r in rows]
 
-    def _push_outcome(self, number: int, landed: bool, slot_seq: int | None) -> tuple[str, int]:
+    def _push_outcome(
+        self, number: int, landed: bool, slot_seq: int | None, slot_state: int | None
+    ) -> tuple[str, int]:
         if landed:
             return _LANDED, number
         if slot_seq is None or slot_seq % self.capacity != number % self.capacity:
             raise self._mismatch(f"slot {number % self.capacity} holds number {slot_seq}")
-        return (_RENEW if slot_seq >= number else _WAIT), number
+        if slot_seq >= number:
+            return _RENEW, number
+        if slot_state == 0 and slot_seq < number - self.capacity:
+            return _BEHIND, number
+        return _WAIT, number
 
     def _try_push_serial(
         self, ex: Executor, batch: list[tuple[int | None, list[Any]]]
@@ -297,10 +333,28 @@ class RingQueue(Layout):
     def _take(
         self, ex: Executor, operation: str, n: int, params: dict[str, Any]
     ) -> tuple[int, list[Message]]:
-        """On PostgreSQL the pops work through claims (see the module docstring)."""
+        """On PostgreSQL the pops work through claims (see the module docstring).
+
+        Claims whose numbers turn out dead (holes, numbers refused pushes burned, slots moved
+        past them) make room for more: the pop claims again at once, until it has ``n``
+        messages or claimed nothing dead, so a popper walks past a run of dead numbers in one
+        call instead of returning empty-handed once per ``n`` of them.
+        """
         if not self._sequences:
             rows = self._run(ex, operation, params)
             return 0, sorted(self._messages(rows), key=lambda m: m.id)
+        acked, messages, dead = self._take_once(ex, operation, n, params)
+        while dead and len(messages) < n:
+            rest = n - len(messages)
+            again = "pop_remove" if operation == "pop_remove" else "pop_leased"
+            _, taken, dead = self._take_once(ex, again, rest, {**params, "n": rest})
+            messages.extend(taken)
+        return acked, messages
+
+    def _take_once(
+        self, ex: Executor, operation: str, n: int, params: dict[str, Any]
+    ) -> tuple[int, list[Message], int]:
+        """One pop statement: the count acked, the messages taken, how many claims were dead."""
         active, parked = self._claims.take(n)
         claims = {c.number: c for c in (*active, *parked)}
         params = {**params, "k": n - len(active), "held": list(claims)}
@@ -315,14 +369,18 @@ class RingQueue(Layout):
         if operation == "ack_pop":
             acked = int(rows[0][0])
             rows = [r[1:] for r in rows if r[1] is not None]
-        return acked, self._settle(ex, rows, claims)
+        return acked, *self._settle(ex, rows, claims)
 
-    def _settle(self, ex: Executor, rows: list[Row], claims: dict[int, _Claim]) -> list[Message]:
-        """Messages from a pop's rows; claims whose message has not landed are kept."""
+    def _settle(
+        self, ex: Executor, rows: list[Row], claims: dict[int, _Claim]
+    ) -> tuple[list[Message], int]:
+        """Messages from a pop's rows, and how many claims were dead; claims whose message has
+        not landed are kept."""
         now = time.monotonic()
         keep: list[_Claim] = []
         taken: list[Row] = []
         missing = False
+        dead = 0
         for row in rows:
             number, slot_seq, slot_state = int(row[0]), row[1], row[2]
             if row[3] is not None:
@@ -332,7 +390,8 @@ class RingQueue(Layout):
                 missing = True
                 continue
             if slot_seq > number or (slot_seq == number and slot_state != 1):
-                continue  # taken by another popper, moved by the sweeper, or marked a hole
+                dead += 1  # taken by another popper, moved by the sweeper, or marked a hole
+                continue
             claim = claims.get(number) or _Claim(number, now)
             # Landed but beyond n: stays active. Not landed yet: parked.
             claim.parked = slot_seq != number
@@ -341,10 +400,11 @@ class RingQueue(Layout):
         if stale:
             marked = {int(r[0]) for r in self._run(ex, "mark_holes", {"held": stale})}
             keep = [c for c in keep if c.number not in marked]
+            dead += len(marked)
         self._claims.give_back(keep)
         if missing:
             raise self._mismatch("a claimed slot is missing or holds another slot's numbers")
-        return self._messages(taken)
+        return self._messages(taken), dead
 
     @property
     def _hole_timeout(self) -> float:

@@ -333,6 +333,41 @@ def test_a_long_push_transaction_is_not_marked_as_a_hole(pg_bed: RingBed) -> Non
     assert numbers(pg_bed, 1) == [1]
 
 
+def test_a_drained_ring_takes_pushes_again_after_refused_ones_burned_laps(
+    pg_bed: RingBed,
+) -> None:
+    """Pushes refused on a full ring each burned a number, laps of them; once the ring is
+    drained its slots lag those laps behind the push sequence. A push waits hole_timeout (0
+    here) for the burned numbers' pushers, then writes over the gap: no QueueFull on an
+    empty ring, and no further numbers burned."""
+    q, ex = pg_bed.queue, pg_bed.ex
+    q.push_many(ex, [{"n": i} for i in range(4)])
+    for i in range(10):
+        with pytest.raises(QueueFull):
+            q.push(ex, {"n": 100 + i})
+    assert numbers(pg_bed, 4, mode="at_most_once") == [0, 1, 2, 3]
+    assert q.push_many(ex, [{"n": i} for i in range(4, 8)]) == [14, 15, 16, 17]
+    assert numbers(pg_bed, 10, mode="at_most_once") == [4, 5, 6, 7]
+    assert_laps(pg_bed)
+
+
+def test_a_push_never_jumps_a_slot_a_push_in_flight_holds(pg_bed: RingBed) -> None:
+    """The gap is written over only where no push is in flight: a slot locked by a push in a
+    long transaction is skipped (lock_timeout turns waiting for it into an error)."""
+    q = pg_bed.queue
+    slow = pg_bed.connect()
+    with slow.atomic():
+        q.push(slow, {"n": 0})  # number 0 in slot 0, uncommitted
+        for _ in range(7):
+            pg_bed.dead_pusher()  # numbers 1..7 burned
+        other = pg_bed.connect()
+        other.execute("SET lock_timeout = '2s'", {})
+        with pytest.raises(QueueFull):
+            q.push(other, {"n": 8})  # number 8: slot 0 is behind, but locked by number 0
+    assert numbers(pg_bed, 1, mode="at_most_once") == [0]
+    assert_laps(pg_bed)
+
+
 def test_a_dead_poppers_message_is_stranded_then_pushed_again(pg_bed: RingBed) -> None:
     pg_bed.queue.push_many(pg_bed.ex, [{"n": 0}, {"n": 1}])
     pg_bed.dead_popper()  # claimed number 0 and died

@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.db import connections, models
 from django.test.utils import isolate_apps, override_settings
 
+from dbqueue.schema import RING_FILLFACTOR
 from dbqueue.spec import index_name
 from dbqueue_django.models import RingQueueModel
 from dbqueue_django.slots import RingSlots
@@ -161,7 +162,9 @@ def test_sqlmigrate_shows_the_core_statements(alias: str) -> None:
     assert 'INSERT INTO "testapp_tick" (slot, seq)' in sql
     if alias == "default":
         assert 'CREATE SEQUENCE "testapp_tick_push_seq"' in sql
-        assert "fillfactor = 50" in sql
+        # Set before the slots are inserted, so that the INSERT leaves the pages' free space.
+        tuned = sql.index(f"fillfactor = {RING_FILLFACTOR}")
+        assert tuned < sql.index('INSERT INTO "testapp_tick"')
     else:
         assert 'CREATE TABLE "testapp_tick_pop_seq" (value integer NOT NULL)' in sql
         assert f'CREATE INDEX "{index_name(TABLE, "seq")}"' in sql
@@ -200,7 +203,7 @@ def test_the_slot_table_is_indexed_by_seq_on_sqlite_only(alias: str) -> None:
 def test_migrate_tunes_the_ring_table() -> None:
     (options,) = query("default", f"SELECT reloptions FROM pg_class WHERE relname = '{TABLE}'")[0]
     assert set(options) == {
-        "fillfactor=50", "autovacuum_vacuum_scale_factor=0",
+        f"fillfactor={RING_FILLFACTOR}", "autovacuum_vacuum_scale_factor=0",
         "autovacuum_vacuum_threshold=1000", "autovacuum_vacuum_cost_delay=0",
     }  # fmt: skip
 

@@ -1,8 +1,7 @@
-"""Storage over time on PostgreSQL: a ring queue's table should keep its size while a million
-messages go through it (it does not yet: see the test's xfail), where the split layout's
-tables grow (the ring's rows are preallocated and only ever updated in place, with no indexed
-column changing; the split layout inserts and deletes a row pair per message and leaves dead
-tuples behind for VACUUM).
+"""Storage over time on PostgreSQL: a ring queue's table keeps its size while a million
+messages go through it, where the split layout's tables grow (the ring's rows are
+preallocated and only ever updated in place, with no indexed column changing; the split
+layout inserts and deletes a row pair per message and leaves dead tuples behind for VACUUM).
 
 The run does not VACUUM: whatever the server's autovacuum does during the run (the recorded
 ``autovacuum`` setting says if it runs at all) is part of the measurement.
@@ -129,15 +128,6 @@ def layouts(pg_dsn: str, table: str) -> Iterator[psycopg.Connection[Any]]:
             conn.execute(f'DROP TABLE IF EXISTS "{split.table}", "{split.meta_table}"')
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="ring storage bug: with a producer and a worker running side by side, ~15% of the "
-    "ring's updates are not HOT (each connection's running statement keeps the other's newest "
-    "row versions from being pruned, and fillfactor 50 leaves room for one more version per "
-    "row), so its table grows ~10x over 1M messages (5 MB -> 48-66 MB measured, with and "
-    "without autovacuum) instead of < 5%",
-)
 def test_a_million_messages_leave_the_ring_its_size_and_grow_the_split_layout(
     pg_dsn: str, table_name: str, record_property: Callable[[str, object], None]
 ) -> None:

@@ -22,13 +22,24 @@
 -- A fragment of both pushes: the rows of `r` (number p, payload c0..) written into their slots
 -- where the slot is free for them: empty and holding p - C. Two rows of one batch never match
 -- the same slot: only the lower number can find the slot holding its number minus C.
-u AS (
+-- A number in %(jumps)s (its pusher held it past hole_timeout; the caller passes at most one
+-- per slot) may also be written over an empty slot laps behind it, unless a push still in
+-- flight holds that slot: it is locked SKIP LOCKED first, never waited for.
+j AS (
+    SELECT t.slot FROM {ring} AS t
+    WHERE t.slot = ANY(ARRAY(SELECT mod(r.p, %(capacity)s::bigint) FROM r
+                             WHERE r.p = ANY(%(jumps)b::bigint[])))
+      AND t.state = 0
+    FOR UPDATE SKIP LOCKED
+), u AS (
     UPDATE {ring} AS t
     SET seq = r.p, state = 1, attempts = 0, pushed_at = statement_timestamp(),
         lease_until = NULL, last_error = NULL{set_r}
     FROM r
     WHERE t.slot = mod(r.p, %(capacity)s::bigint) AND t.state = 0
-      AND t.seq = r.p - %(capacity)s::bigint
+      AND (t.seq = r.p - %(capacity)s::bigint
+           OR (t.seq < r.p - %(capacity)s::bigint AND r.p = ANY(%(jumps)b::bigint[])
+               AND t.slot = ANY(ARRAY(SELECT slot FROM j))))
     RETURNING t.seq
 )
 
@@ -117,18 +128,19 @@ ORDER BY c.q;
 -- A popper's claims that stayed unfilled past hole_timeout although the pushers handed their
 -- numbers out: the pusher rolled back or died. Mark the slot as holding the number, so a late
 -- pusher fails its condition and takes a new number. A slot locked by a push still in flight
--- (a long transaction) is skipped, never waited for.
+-- (a long transaction) is skipped, never waited for. A slot laps behind the claim is marked
+-- too: the numbers in between were handed out before the claim's, so they are older holes.
 WITH c AS (
     SELECT unnest(%(held)b::bigint[]) AS q
 ), holes AS (
     SELECT t.slot, c.q FROM {ring} AS t JOIN c ON t.slot = mod(c.q, %(capacity)s::bigint)
-    WHERE t.state = 0 AND t.seq = c.q - %(capacity)s::bigint AND c.q < {_push_next}
+    WHERE t.state = 0 AND t.seq <= c.q - %(capacity)s::bigint AND c.q < {_push_next}
     FOR UPDATE OF t SKIP LOCKED
 )
 UPDATE {ring} AS t
 SET seq = holes.q, pushed_at = NULL
 FROM holes
-WHERE t.slot = holes.slot AND t.state = 0 AND t.seq = holes.q - %(capacity)s::bigint
+WHERE t.slot = holes.slot AND t.state = 0 AND t.seq <= holes.q - %(capacity)s::bigint
 RETURNING t.seq;
 
 -- _held --
@@ -224,15 +236,23 @@ WHERE t.slot IS NULL;
 -- number (the old slot is emptied and keeps its seq) or, for an expired lease that used its
 -- last attempt, moved to the failed table. A victim whose new slot is not free stays where it
 -- is (the ring is full; its new number becomes a hole) and is tried again next time.
+-- Victims are taken, and numbered, in slot order starting at the slot of the next push number:
+-- within the lap before it that is number order (oldest first), and in a ring full of victims
+-- it gives each victim a number of its own slot (renumbered in place), whatever numbers
+-- failed pushes burned before. Taken in seq order instead, the victims' new numbers could
+-- point at each other's slots lap after lap, and a full ring of strands stayed stuck.
 WITH lock AS (
     SELECT pg_try_advisory_xact_lock(%(lock_key)s) AS got
+), nxt AS MATERIALIZED (
+    SELECT {_push_next} AS p
 ), victims AS (
     SELECT t.* FROM {ring} AS t
     WHERE (SELECT got FROM lock) AND (
         (t.state IN (2, 3) AND t.lease_until < statement_timestamp())
         OR (t.state = 1 AND t.seq < {_pop_next}
             AND t.pushed_at < statement_timestamp() - %(stranded_after)s::interval))
-    ORDER BY t.seq
+    ORDER BY mod(mod(t.slot - (SELECT p FROM nxt), %(capacity)s::bigint) + %(capacity)s::bigint,
+                 %(capacity)s::bigint)
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), dead AS (
@@ -244,18 +264,22 @@ WITH lock AS (
 ), moves AS (
     SELECT nextval({push_seq}) AS p, v.*
     FROM (SELECT * FROM victims AS v
-          WHERE NOT (v.state = 2 AND v.attempts >= %(max_attempts)s) ORDER BY v.seq) AS v
+          WHERE NOT (v.state = 2 AND v.attempts >= %(max_attempts)s)
+          ORDER BY mod(mod(v.slot - (SELECT p FROM nxt), %(capacity)s::bigint)
+                       + %(capacity)s::bigint, %(capacity)s::bigint)) AS v
 ), placed AS (
-    -- Into the new number's slot if it is free, or in place when the new number is the next
-    -- lap of the victim's own slot: in a ring full of stranded messages no slot is free, and
-    -- the oldest victims draw exactly those numbers.
+    -- Into the new number's slot if it is free, or in place when the new number belongs to
+    -- the victim's own slot (a later lap: the numbers of the laps in between were handed to
+    -- pushers that found the slot full; any still trying finds it past their number and
+    -- takes another, as when a hole is marked).
     UPDATE {ring} AS t
     SET seq = m.p, state = 1, attempts = m.attempts, pushed_at = statement_timestamp(),
         lease_until = NULL,
         last_error = CASE WHEN m.state = 2 THEN %(error)s ELSE m.last_error END{set_m}
     FROM moves AS m
-    WHERE t.slot = mod(m.p, %(capacity)s::bigint) AND t.seq = m.p - %(capacity)s::bigint
-      AND (t.state = 0 OR t.slot = m.slot)
+    WHERE t.slot = mod(m.p, %(capacity)s::bigint)
+      AND ((t.state = 0 AND t.seq = m.p - %(capacity)s::bigint)
+           OR (t.slot = m.slot AND t.seq = m.seq))
     RETURNING m.slot AS src, t.slot AS dst
 ), freed AS (
     UPDATE {ring} AS t SET state = 0, lease_until = NULL
