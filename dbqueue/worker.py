@@ -477,13 +477,18 @@ class Worker:
             quietly(queue.disconnect)
             return
         if result.ready or result.failed:
+            # Expired leases (and, on a ring, ended back-offs and stranded messages).
             log.warning(
-                "queue %s: rescued %d expired lease(s): %d ready again, %d failed for good",
+                "queue %s: rescued %d message(s): %d ready again, %d failed for good",
                 queue.name,
                 result.ready + result.failed,
                 result.ready,
                 result.failed,
             )
+        if result.ready:
+            # Ready again here, without a push to notify anyone: wake this worker's idle
+            # consumers now rather than at their next poll.
+            self.doorbell.ring()
 
     def _heartbeat(self) -> None:
         now = time.monotonic()

@@ -329,6 +329,26 @@ def test_an_idle_worker_wakes_up_on_notify(request: pytest.FixtureRequest, table
         finish()
 
 
+@pytest.mark.postgresql
+def test_a_rescue_wakes_an_idle_worker(request: pytest.FixtureRequest, table_name: str) -> None:
+    """An item a rescue makes ready again comes with no push, so no notification: the
+    worker's rescue thread rings its doorbell itself."""
+    setup = make_setup(request, "pg", table_name, QueueOptions(), listen=True)
+    seen = threading.Event()
+    poll = PollPolicy(first=0.001, busy_max=0.01, linger=0.05, safety=3600)
+    worker = Worker(
+        [Consumer(setup.binding(), lambda m: seen.set())], poll=poll, rescue_every=0.05
+    )
+    setup.queue.push(setup.ex, {"n": 1})
+    setup.queue.pop_batch(setup.ex, 1, lease=timedelta(milliseconds=300))  # a dead worker
+    finish = run_in_thread(worker)
+    try:
+        wait_until(lambda: worker.listening)
+        assert seen.wait(PATIENCE)  # once the lease expired and the rescue made it ready
+    finally:
+        finish()
+
+
 @pytest.mark.sqlite
 def test_without_notifications_an_idle_worker_polls(sqlite_path: str, table_name: str) -> None:
     spec = QueueSpec(table_name, FIELDS)
