@@ -336,9 +336,7 @@ def test_a_rescue_wakes_an_idle_worker(request: pytest.FixtureRequest, table_nam
     setup = make_setup(request, "pg", table_name, QueueOptions(), listen=True)
     seen = threading.Event()
     poll = PollPolicy(first=0.001, busy_max=0.01, linger=0.05, safety=3600)
-    worker = Worker(
-        [Consumer(setup.binding(), lambda m: seen.set())], poll=poll, rescue_every=0.05
-    )
+    worker = Worker([Consumer(setup.binding(), lambda m: seen.set())], poll=poll, rescue_every=0.05)
     setup.queue.push(setup.ex, {"n": 1})
     setup.queue.pop_batch(setup.ex, 1, lease=timedelta(milliseconds=300))  # a dead worker
     finish = run_in_thread(worker)
