@@ -23,6 +23,11 @@ DATABASES = {
         "CONN_MAX_AGE": None,
     }
 }
+#: The popper of a client pair (the pairs workload): the same database on a connection of its
+#: own. Django's connections are per thread and alias, so a pusher and a popper in one thread
+#: need two aliases.
+POPPER = "popper"
+DATABASES[POPPER] = dict(DATABASES["default"])
 INSTALLED_APPS = ["django.contrib.contenttypes", "dbqueue_django", "bench.djangoapp"]
 if importlib.util.find_spec("django_tasks_db") is not None:
     INSTALLED_APPS.append("django_tasks_db")

@@ -6,9 +6,13 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.systems.base import IDLE_SLEEP, PAYLOAD, System, Tally
+
+if TYPE_CHECKING:
+    from dbqueue_django.models import BaseQueueModel
+    from dbqueue_django.queue import DjangoQueue
 
 DJANGO_DATABASE = "django"
 
@@ -26,20 +30,31 @@ def setup_django(dsn: str) -> None:
 
 
 class DBQueueDjango(System):
+    """A queue model's ``Model.queue`` on the ``default`` alias (or ``alias``: the popper of a
+    client pair). The ring system (``dbqueue_ring_django``) is this one with another model."""
+
     name = "dbqueue-django"
     label = "dbqueue split queue, Django manager"
     workloads = frozenset(
-        {"push_single", "push_batch", "drain", "cycle", "steady", "bloat", "longtx"}
+        {"push_single", "push_batch", "drain", "cycle", "pairs", "steady", "bloat", "longtx"}
     )
     tables = ("benchapp_benchjob", "benchapp_benchjob_meta")
     database = DJANGO_DATABASE
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, alias: str | None = None) -> None:
         super().__init__(dsn)
         setup_django(dsn)
+        self.model = self.queue_model()
+        self.queue: DjangoQueue[Any] = (
+            self.model.queue if alias is None else self.model.queue.using(alias)
+        )
+
+    @staticmethod
+    def queue_model() -> type[BaseQueueModel]:
+        """The model whose queue is measured (imported once Django is set up)."""
         from bench.djangoapp.models import BenchJob
 
-        self.model = BenchJob
+        return BenchJob
 
     def install(self) -> None:
         from django.core.management import call_command
@@ -51,9 +66,16 @@ class DBQueueDjango(System):
         # would slow the next repetition's scans (that effect is the bloat workload's subject).
         from django.db import connection
 
-        meta = self.model.queue_meta_model._meta.db_table
+        tables = ", ".join(f'"{table}"' for table in self.tables)
         with connection.cursor() as cursor:
-            cursor.execute(f'TRUNCATE "{self.model._meta.db_table}", "{meta}"')
+            cursor.execute(f"TRUNCATE {tables}")
+
+    def popper(self) -> System:
+        """The same queue through a second alias on the same database (a connection of its
+        own: Django's are per thread and alias)."""
+        from bench.django_settings import POPPER  # after setup_django: it reads the DSN
+
+        return type(self)(self.dsn, POPPER)
 
     def close(self) -> None:
         from django.db import connections
@@ -61,21 +83,21 @@ class DBQueueDjango(System):
         connections.close_all()
 
     def push_single(self, n: int) -> None:
-        push = self.model.queue.push
+        push = self.queue.push
         for _ in range(n):
             push(payload=PAYLOAD)
 
     def push_batch(self, n: int, batch: int) -> None:
         rows: list[dict[str, Any]] = [{"payload": PAYLOAD}] * batch
         for start in range(0, n, batch):
-            self.model.queue.push_many(rows[: min(batch, n - start)], batch_size=batch)
+            self.queue.push_many(rows[: min(batch, n - start)], batch_size=batch)
 
     def depth(self) -> int:
-        stats = self.model.queue.stats()
+        stats = self.queue.stats()
         return int(stats["ready"] + stats["scheduled"] + stats["leased"])
 
     def drain(self, batch: int) -> Tally:
-        tally, queue = Tally(), self.model.queue
+        tally, queue = Tally(), self.queue
         while items := queue.pop_batch(batch):
             for _item in items:
                 pass  # the no-op handler
@@ -84,10 +106,10 @@ class DBQueueDjango(System):
         return tally
 
     def push_payload(self, payload: str) -> None:
-        self.model.queue.push(payload=payload)
+        self.queue.push(payload=payload)
 
     def serve(self, batch: int, seconds: float, handle: Callable[[str], None]) -> Tally:
-        tally, queue = Tally(), self.model.queue
+        tally, queue = Tally(), self.queue
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
             items = queue.pop_batch(batch)
@@ -101,7 +123,7 @@ class DBQueueDjango(System):
         return tally
 
     def take(self, batch: int) -> int:
-        queue = self.model.queue
+        queue = self.queue
         items = queue.pop_batch(batch)
         queue.ack(items)
         return len(items)

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.postgresql, pytest.mark.django]
 OURS = ("thin", "naive", "dbqueue-core", "dbqueue-core-amo", "dbqueue-django", "dbqueue-ring")
 #: The systems of the pairs workload, whose figures the report sets side by side.
-PAIRED = ("thin", "naive", "dbqueue-core", "dbqueue-ring")
+PAIRED = ("thin", "naive", "dbqueue-core", "dbqueue-ring", "dbqueue-django")
 PEERS = ("pgqueuer", "procrastinate", "django-tasks-db", "celery-redis")
 
 
