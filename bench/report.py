@@ -182,6 +182,7 @@ def targets(results: list[Measurement]) -> list[tuple[str, str, str, str]]:
 #: figure the first measured is shown with the others' and the ratios (first / other).
 COMPARISONS: list[tuple[str, tuple[str, ...], str]] = [
     ("dbqueue-ring", ("dbqueue-core", "naive"), "Ring vs split vs naive"),
+    ("dbqueue-ring-django", ("dbqueue-django", "dbqueue-ring"), "Django ring vs Django split"),
 ]
 
 

@@ -19,8 +19,10 @@ from tests.pg import server_dsn, worker_id
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.postgresql, pytest.mark.django]
 OURS = ("thin", "naive", "dbqueue-core", "dbqueue-core-amo", "dbqueue-django", "dbqueue-ring")
+#: A ring declared by a Django model has one capacity: it runs only the workloads that fit.
+FIXED = ("dbqueue-ring-django",)
 #: The systems of the pairs workload, whose figures the report sets side by side.
-PAIRED = ("thin", "naive", "dbqueue-core", "dbqueue-ring", "dbqueue-django")
+PAIRED = ("thin", "naive", "dbqueue-core", "dbqueue-ring", "dbqueue-django", *FIXED)
 PEERS = ("pgqueuer", "procrastinate", "django-tasks-db", "celery-redis")
 
 
@@ -63,16 +65,21 @@ def _bench(out: Path, *args: str, module: str = "bench") -> dict[str, Any]:
 
 
 def test_every_system_through_the_quick_workloads(tmp_path: Path) -> None:
-    systems = ",".join(OURS + PEERS)
+    systems = ",".join(OURS + FIXED + PEERS)
     quick = ("--quick", "--scale", "0.002", "--pairs", "2", "--pair-seconds", "0.3")
     data = _bench(tmp_path / "all", *quick, "--systems", systems)
     seen = {(r["system"], r["workload"]) for r in data["results"]}
     for system in OURS + PEERS:
         for workload in ("push_single", "drain", "steady_throughput", "latency_p99"):
             assert (system, workload) in seen
-    for system in OURS:
-        for workload in ("push_batch", "cycle", "bloat_size", "bloat_dead_tuples"):
+    for system in OURS + FIXED:
+        for workload in ("cycle", "bloat_size", "bloat_dead_tuples"):
             assert (system, workload) in seen
+    for system in OURS:
+        assert (system, "push_batch") in seen
+    for system in FIXED:
+        assert (system, "steady_throughput") in seen
+        assert (system, "push_batch") not in seen
     assert ("pgbench", "push_single") in seen
     pairs = {
         (r["system"], r["params"]["batch"], r["params"]["sync_commit"])
@@ -82,6 +89,7 @@ def test_every_system_through_the_quick_workloads(tmp_path: Path) -> None:
     assert pairs == {(s, b, sync) for s in PAIRED for b in (1, 100) for sync in ("on", "off")}
     report = (tmp_path / "all" / "report.md").read_text()
     assert "## Ring vs split vs naive" in report
+    assert "## Django ring vs Django split" in report
     assert "## Targets" in report
     assert "PostgreSQL" in report
     for chart in ("push_single", "push_batch", "drain", "cycle", "pairs", "latency_cdf"):
@@ -101,3 +109,23 @@ def test_the_long_transaction_workload(tmp_path: Path) -> None:
     data = _bench(tmp_path / "longtx", *args, "--systems", "dbqueue-core")
     held = {r["params"]["long_transaction"] for r in data["results"] if r["system"] != "thin"}
     assert held == {"none", "held"}
+
+
+def test_the_django_ring_refuses_a_workload_deeper_than_its_capacity() -> None:
+    """Its model declares one capacity: a workload that needs more slots must fail at once,
+    naming the capacity, rather than measure pushes waiting for a free slot (QueueFull)."""
+    code = (
+        "import sys\n"
+        "from bench.systems import REGISTRY\n"
+        "system = REGISTRY['dbqueue-ring-django'](sys.argv[1])\n"
+        "system.expect(system.capacity)\n"
+        "system.expect(system.capacity + 1)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    result = subprocess.run(
+        [sys.executable, "-c", code, server_dsn()],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "ValueError: dbqueue-ring-django: the workload keeps up to" in result.stderr
+    assert "slots BenchTick declares (QueueOptions.capacity" in result.stderr
