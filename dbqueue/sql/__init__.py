@@ -98,9 +98,10 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     q = dialect.quote
     fields = spec.fields
     names = [q(f.name) for f in fields]
+    # Each array a sub-select: see ring.sql's header (the planner must not see its length).
     arrays = (
         "".join(
-            f", {dialect.array_param(f'c{i}')}::{dialect.array_type(f.kind)}"
+            f", (SELECT {dialect.array_param(f'c{i}')}::{dialect.array_type(f.kind)})"
             for i, f in enumerate(fields)
         )
         if dialect.supports_array_params

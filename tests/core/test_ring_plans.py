@@ -76,3 +76,26 @@ def test_hot_statements_never_scan_the_slots(bed: RingBed) -> None:
     q.push(ex, {"n": 99})
     q.pop_batch(ex, 5)  # claims the dead pusher's number: marks it as a hole
     assert [s for s in ex.scans if s[0] == bed.spec.table] == []
+
+
+def test_prepared_ring_statements_settle_on_generic_plans(bed: RingBed) -> None:
+    """After its first five runs PostgreSQL keeps a prepared statement's generic plan unless
+    re-planning with the actual values looks cheaper. The pops and acks once looked cheaper
+    re-planned (the planner saw their one-element arrays) and were planned again at every
+    call, which cost more than running them; their arrays now reach the planner as
+    sub-selects, so both plans are costed alike."""
+    q, ex = bed.queue, bed.ex
+    for _ in range(12):
+        q.push(ex, {"n": 1})
+        q.ack(ex, q.pop_batch(ex, 1))
+        q.push_many(ex, [{"n": 2}, {"n": 3}])
+        _, held = q.ack_pop(ex, q.pop_batch(ex, 1), 1)
+        q.extend(ex, held)
+        q.fail(ex, held, "boom")
+    rows = bed.ex.execute(
+        "SELECT generic_plans, custom_plans, statement FROM pg_prepared_statements "
+        "WHERE position(%(table)s in statement) > 0",
+        {"table": bed.spec.table},
+    )
+    assert len(rows) >= 6
+    assert [r[2] for r in rows if r[0] == 0] == []
