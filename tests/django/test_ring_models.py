@@ -159,7 +159,7 @@ def test_sqlmigrate_shows_the_core_statements(alias: str) -> None:
     call_command("sqlmigrate", "testapp", "0002", database=alias, stdout=out)
     sql = out.getvalue()
     assert 'CREATE TABLE "testapp_tick"' in sql and 'CREATE TABLE "testapp_tick_failed"' in sql
-    assert 'INSERT INTO "testapp_tick" (slot, seq)' in sql
+    assert 'INSERT INTO "testapp_tick" (slot, seq' in sql
     if alias == "default":
         assert 'CREATE SEQUENCE "testapp_tick_push_seq"' in sql
         # Set before the slots are inserted, so that the INSERT leaves the pages' free space.

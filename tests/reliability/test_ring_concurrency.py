@@ -552,6 +552,13 @@ def test_a_push_that_does_not_land_leaves_its_slot_unlocked(pg_dsn: str, table_n
         row = admin.execute(sql.SQL("SELECT seq, state FROM {} WHERE slot = 0").format(ring))
         assert row.fetchone() == (4, 0)  # empty, free for number 8
         assert not outcome  # B still waits, in its transaction, for a slot for number 5
+        # B takes number 5 at its next retry (after up to one back-off pause): wait for it,
+        # or B could draw the 8 meant for A below.
+        last = sql.SQL("SELECT last_value FROM {}").format(sql.Identifier(spec.push_seq))
+        deadline = time.monotonic() + 10
+        while admin.execute(last).fetchone() != (5,):
+            assert time.monotonic() < deadline, "pusher B never took number 5"
+            time.sleep(0.01)
         # Numbers 5 (B's), 6 and 7 (pushers that died) are out; pusher A gets 8: slot 0.
         admin.execute(sql.SQL("SELECT setval({}, 7)").format(sql.Literal(spec.push_seq)))
         a_conn, a_queue, a_ex = client()
