@@ -14,12 +14,13 @@ Braced placeholders are filled by :func:`render` with identifiers taken from a v
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 from dbqueue.dialects.base import Dialect
-from dbqueue.spec import QueueSpec
+from dbqueue.spec import Field, QueueSpec
 
 _HEADER = re.compile(r"^-- ([a-z_]+) --$")
 
@@ -61,6 +62,14 @@ def _split(body: str) -> tuple[str, ...]:
     return tuple(p for p in parts if p)
 
 
+def payload_arrays(dialect: Dialect, fields: Sequence[Field]) -> list[str]:
+    """One typed array parameter per payload field (``c0``, ``c1``...), for batch pushes."""
+    return [
+        f"{dialect.array_param(f'c{i}')}::{dialect.array_type(f.kind)}"
+        for i, f in enumerate(fields)
+    ]
+
+
 def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     """The identifier fragments the split-layout statements are written with."""
     q = dialect.quote
@@ -69,10 +78,7 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     if not dialect.supports_array_params:
         unnest_source = ""
     elif fields:
-        arrays = ", ".join(
-            f"{dialect.array_param(f'c{i}')}::{dialect.array_type(f.kind)}"
-            for i, f in enumerate(fields)
-        )
+        arrays = ", ".join(payload_arrays(dialect, fields))
         names = ", ".join(f"c{i}" for i in range(len(fields)))
         unnest_source = f"unnest({arrays}) WITH ORDINALITY AS r({names}, ord)"
     else:
@@ -100,10 +106,7 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     names = [q(f.name) for f in fields]
     # Each array a sub-select: see ring.sql's header (the planner must not see its length).
     arrays = (
-        "".join(
-            f", (SELECT {dialect.array_param(f'c{i}')}::{dialect.array_type(f.kind)})"
-            for i, f in enumerate(fields)
-        )
+        "".join(f", (SELECT {a})" for a in payload_arrays(dialect, fields))
         if dialect.supports_array_params
         else ""
     )

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 from django.contrib import admin
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from dbqueue.message import State
 from dbqueue_django.admin import QueueModelAdmin, format_age, register_queue_models
 from dbqueue_django.models import QueueOverview
+from tests.django.admin_users import login_superuser, staff_with
 from tests.django.testapp.models import Job, Ping
 
 pytestmark = [pytest.mark.django, pytest.mark.postgresql, pytest.mark.django_db]
@@ -24,16 +25,7 @@ OVERVIEW = "/admin/dbqueue_django/queueoverview/"
 
 @pytest.fixture
 def superuser(client: Client) -> Client:
-    user = User.objects.create_superuser("boss", "boss@example.com", "pw")
-    client.force_login(user)
-    return client
-
-
-def staff_with(client: Client, *codenames: str) -> Client:
-    user = User.objects.create_user("clerk", "clerk@example.com", "pw", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
-    client.force_login(user)
-    return client
+    return login_superuser(client)
 
 
 def make_failed(message: str, error: str = "Traceback ...\nValueError: <b>bad</b>") -> int:

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from django.contrib import admin
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from dbqueue.message import State
 from dbqueue_django.ring_admin import RingFailedAdmin, RingQueueModelAdmin
+from tests.django.admin_users import login_superuser, staff_with
 from tests.django.testapp.models import Tick
 
 # Transactional: a rolled-back push still spends its ring number (sequences are not
@@ -28,15 +28,7 @@ CAPACITY = 8
 
 @pytest.fixture
 def superuser(client: Client) -> Client:
-    client.force_login(User.objects.create_superuser("boss", "boss@example.com", "pw"))
-    return client
-
-
-def staff_with(client: Client, *codenames: str) -> Client:
-    user = User.objects.create_user("clerk", "clerk@example.com", "pw", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
-    client.force_login(user)
-    return client
+    return login_superuser(client)
 
 
 def push(*symbols: str) -> list[int]:

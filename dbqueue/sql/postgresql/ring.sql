@@ -252,13 +252,14 @@ WITH lock AS (
 ), nxt AS MATERIALIZED (
     SELECT {_push_next} AS p
 ), victims AS (
-    SELECT t.* FROM {ring} AS t
+    SELECT t.*, mod(mod(t.slot - (SELECT p FROM nxt), %(capacity)s::bigint)
+                    + %(capacity)s::bigint, %(capacity)s::bigint) AS turn
+    FROM {ring} AS t
     WHERE (SELECT got FROM lock) AND (
         (t.state IN (2, 3) AND t.lease_until < statement_timestamp())
         OR (t.state = 1 AND t.seq < {_pop_next}
             AND t.pushed_at < statement_timestamp() - %(stranded_after)s::interval))
-    ORDER BY mod(mod(t.slot - (SELECT p FROM nxt), %(capacity)s::bigint) + %(capacity)s::bigint,
-                 %(capacity)s::bigint)
+    ORDER BY turn
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), dead AS (
@@ -270,9 +271,7 @@ WITH lock AS (
 ), moves AS (
     SELECT nextval({push_seq}) AS p, v.*
     FROM (SELECT * FROM victims AS v
-          WHERE NOT (v.state = 2 AND v.attempts >= %(max_attempts)s)
-          ORDER BY mod(mod(v.slot - (SELECT p FROM nxt), %(capacity)s::bigint)
-                       + %(capacity)s::bigint, %(capacity)s::bigint)) AS v
+          WHERE NOT (v.state = 2 AND v.attempts >= %(max_attempts)s) ORDER BY v.turn) AS v
 ), placed AS (
     -- Into the new number's slot if it is free, or in place when the new number belongs to
     -- the victim's own slot (a later lap: the numbers of the laps in between were handed to
