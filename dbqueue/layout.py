@@ -266,7 +266,9 @@ class Layout:
         raise NotLeased(bad, operation)
 
     def ack(self, ex: Executor, items: TokenLike, *, strict: bool = True) -> list[int]:
-        """Remove leased items after their work is done; return the ids removed.
+        """Remove leased items after their work is done; return the ids removed, in ascending
+        order (a statement's RETURNING order is the order it met the rows: a ring's slot order
+        wraps around).
 
         ``strict`` (default): if any item is not leased under its token, raise
         :class:`NotLeased` and change nothing. ``strict=False`` removes what still matches.
@@ -277,7 +279,7 @@ class Layout:
         rows = self._run(ex, "ack", {**self._token_params(tokens), "strict": strict})
         if strict:
             self._check_leased(ex, tokens, rows, "ack")
-        return [int(r[0]) for r in rows]
+        return sorted(int(r[0]) for r in rows)
 
     def fail(
         self,
