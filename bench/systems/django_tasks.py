@@ -107,17 +107,34 @@ class DjangoTasksDB(System):
     def serve(self, batch: int, seconds: float, handle: Callable[[str], None]) -> Tally:
         """``db_worker`` with its default 1 s polling interval, stopped after ``seconds`` by a
         SIGTERM to this process, which the command handles: it finishes the task in hand and
-        returns, or exits at once (SystemExit) when it is between tasks."""
+        returns, or exits at once (SystemExit) when it is between tasks.
+
+        The command's handler raises SystemExit wherever the signal lands, also inside its
+        own COMMIT of a claimed task; Django's atomic() then fails to restore autocommit on
+        the interrupted connection (a DatabaseError). After the stop signal that ends the run
+        like the SystemExit does; the connection is closed, since it is unusable."""
+        from django.db import DatabaseError, connections
+
         tally = Tally()
         signals = (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT)  # what the command handles
         handlers = {sig: signal.getsignal(sig) for sig in signals}
-        stop = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGTERM))
+        stopping = threading.Event()
+
+        def stop_now() -> None:
+            stopping.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        stop = threading.Timer(seconds, stop_now)
         self.tasks.HANDLER = handle
         stop.start()
         try:
             self._run_worker(tally)
         except SystemExit:
             pass
+        except DatabaseError:
+            if not stopping.is_set():
+                raise
+            connections.close_all()
         finally:
             stop.cancel()
             self.tasks.HANDLER = None
