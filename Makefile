@@ -12,7 +12,7 @@ BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo test test-django52 bench bench-quick bench-sync-off bench-ring-storage lint format typecheck check screenshots docs docs-serve clean distclean
+.PHONY: help venv demo test test-django52 bench bench-quick bench-sync-off bench-ring-storage bench-spark-archive lint format typecheck check screenshots docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -60,6 +60,9 @@ bench-sync-off: venv ## Run the benchmark with synchronous_commit off (reported 
 bench-ring-storage: venv ## Measure the ring table's fillfactor (50/70/90/100), about 6 minutes
 	$(PY) -m bench.ring_storage $(BENCH_ARGS)
 
+bench-spark-archive: venv ## Measure the Spark archive job on 1M done items (3 batch sizes), about 4 minutes
+	$(PY) -m bench.spark_archive $(BENCH_ARGS)
+
 # The supported Django versions are 5.2 LTS and 6.x: the Django-facing tests run once more in
 # a second venv with Django 5.2 (the main venv has the newest 6.x).
 VENV52 ?= .venv-django52
@@ -74,10 +77,11 @@ $(STAMP52): pyproject.toml | venv
 	@touch $@
 
 # Only the Django-facing reliability tests (worker crashes through runqueueworker): the ring's
-# concurrency and bloat tests drive the core alone, which Django's version does not change.
+# concurrency and bloat tests drive the core alone, which Django's version does not change;
+# likewise the SQLAlchemy fronts (-m "not sqlalchemy"), which do not touch Django.
 test-django52: $(STAMP52) ## Run the Django and conformance tests on Django 5.2 LTS
 	$(VENV52)/bin/python scripts/run_tests.py tests/django tests/conformance tests/example \
-		tests/reliability/test_crashes.py $(PYTEST_ARGS)
+		tests/reliability/test_crashes.py -m "not sqlalchemy" $(PYTEST_ARGS)
 
 lint: venv ## Check the code with ruff (lint and formatting)
 	$(VENV)/bin/ruff check .

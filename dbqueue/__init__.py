@@ -20,6 +20,7 @@ from dbqueue.errors import (
     QueueFull,
     QueueTableMissing,
     RingCapacityMismatch,
+    RingNotEmpty,
     TransactionStateError,
     UnsupportedDatabase,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "QueueTableMissing",
     "RescueResult",
     "RingCapacityMismatch",
+    "RingNotEmpty",
     "RingQueue",
     "SplitQueue",
     "State",

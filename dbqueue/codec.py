@@ -99,7 +99,7 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
                     f,
                     value,
                     "is a naive datetime; time zone support is on, "
-                    "pass an aware datetime (e.g. django.utils.timezone.now())",
+                    "pass an aware datetime (e.g. datetime.now(UTC); Django: timezone.now())",
                 )
             if not aware and has_tz:
                 raise _fail(spec, f, value, "is an aware datetime but time zone support is off")

@@ -82,3 +82,7 @@ class QueueFull(DBQueueError):
 
 class RingCapacityMismatch(DBQueueError):
     """The ring table in the database does not have the capacity the queue declares."""
+
+
+class RingNotEmpty(DBQueueError):
+    """A ring's slots cannot be replaced (a capacity change) while it holds messages."""

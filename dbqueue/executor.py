@@ -41,6 +41,10 @@ class Executor(Protocol):
         """A transaction, or a savepoint inside the caller's, for multi-statement blocks."""
         ...
 
+    # Optional: ``sleep(seconds)``, how the core waits between attempts (a push into a full
+    # ring) on this executor's thread; ``time.sleep`` when the executor has none. An executor
+    # driven from an event loop gives the loop back instead of blocking it.
+
 
 _MISSING_TABLE_SQLSTATE = "42P01"
 

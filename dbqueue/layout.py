@@ -105,9 +105,13 @@ class Layout:
         """Parameters every statement of the layout may use (none for the split layout)."""
         return {}
 
+    def _statement(self, operation: str) -> Statement:
+        """The layout's statement for ``operation``: ``<layout>_<operation>``."""
+        return self.statements[f"{self.layout}_{operation}"]
+
     def _run(self, ex: Executor, operation: str, params: dict[str, Any]) -> list[Row]:
-        """Run the layout's statement for ``operation`` (``<layout>_<operation>``)."""
-        stmt = self.statements[f"{self.layout}_{operation}"]
+        """Run the layout's statement for ``operation`` (see :meth:`_statement`)."""
+        stmt = self._statement(operation)
         params = {**self._params(), **params}
         try:
             if len(stmt.parts) == 1:
@@ -117,7 +121,8 @@ class Layout:
         except QueueTableMissing as exc:
             raise QueueTableMissing(
                 f"queue {self.spec.table!r}: its tables do not exist in this database ({exc}); "
-                f"apply the migrations (Django: manage.py migrate) or create them with "
+                f"apply the migrations (Django: manage.py migrate; SQLAlchemy: "
+                f"metadata.create_all() or alembic upgrade) or create them with "
                 f"dbqueue.schema.create_statements()"
             ) from exc
 
@@ -266,17 +271,18 @@ class Layout:
         raise NotLeased(bad, operation)
 
     def ack(self, ex: Executor, items: TokenLike, *, strict: bool = True) -> list[int]:
-        """Remove leased items after their work is done; return the ids removed, in ascending
-        order (a statement's RETURNING order is the order it met the rows: a ring's slot order
-        wraps around).
+        """Remove leased items after their work is done (a split queue with ``keep_done``
+        marks them done instead); return the ids acked, in ascending order (a statement's
+        RETURNING order is the order it met the rows: a ring's slot order wraps around).
 
         ``strict`` (default): if any item is not leased under its token, raise
-        :class:`NotLeased` and change nothing. ``strict=False`` removes what still matches.
+        :class:`NotLeased` and change nothing. ``strict=False`` acks what still matches.
         """
         tokens = to_tokens(items)
         if not tokens:
             return []
-        rows = self._run(ex, "ack", {**self._token_params(tokens), "strict": strict})
+        params = {**self._token_params(tokens), "strict": strict, **self._clock()}
+        rows = self._run(ex, "ack", params)
         if strict:
             self._check_leased(ex, tokens, rows, "ack")
         return sorted(int(r[0]) for r in rows)

@@ -110,3 +110,21 @@ class RescueResult:
     failed: int = 0
     #: Ring queues: numbers given up on (their pusher rolled back or died) marked as holes.
     holes: int = 0
+
+
+def format_age(age: dt.timedelta | None) -> str:
+    """``4.8 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``; "-" for no age (how the admin
+    and the ``dbqueue stats`` table show ``oldest_ready_age``)."""
+    if age is None:
+        return "-"
+    seconds = age.total_seconds()
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, sec = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min {sec} s"

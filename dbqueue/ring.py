@@ -34,7 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dbqueue.dialects.base import Dialect
-from dbqueue.errors import InvalidArgument, InvalidSpec, QueueFull, RingCapacityMismatch
+from dbqueue.errors import (
+    InvalidArgument,
+    InvalidSpec,
+    QueueFull,
+    RingCapacityMismatch,
+    RingNotEmpty,
+)
 from dbqueue.executor import Executor, Row
 from dbqueue.layout import (
     RESCUE_ERROR,
@@ -53,6 +59,41 @@ from dbqueue.spec import QueueSpec
 _LANDED, _WAIT, _BEHIND, _RENEW = "landed", "wait", "behind", "renew"
 #: Backpressure: the first and the longest sleep between retries of a push.
 _WAIT_FIRST, _WAIT_MAX = 0.001, 0.05
+
+#: The ``state`` column of a ring slot (see dbqueue/sql/postgresql/ring.sql).
+EMPTY, READY, LEASED, RETRYING = 0, 1, 2, 3
+#: The states of the slots that hold a message, by name (what the adapters filter items by).
+ITEM_STATES = {"ready": READY, "leased": LEASED, "retrying": RETRYING}
+
+
+def item_state(state: State | str | int) -> int:
+    """The slot state of a message state a ring can list ("ready", "leased", "retrying"), or
+    InvalidArgument (failed messages are in the failed table)."""
+    name = state.lower() if isinstance(state, str) else State(state).name.lower()
+    if name not in ITEM_STATES:
+        raise InvalidArgument(
+            f"a ring queue's slots are {', '.join(ITEM_STATES)}; got {state!r} (failed "
+            f"messages are in the failed table: Model.queue.failed())"
+        )
+    return ITEM_STATES[name]
+
+
+def slot_row(message: Message, capacity: int) -> dict[str, Any]:
+    """The slot table's columns for a popped message, as the adapters build model instances
+    from them (``slot`` and ``seq`` from its number)."""
+    return {
+        **message.payload,
+        "slot": message.id % capacity,
+        "seq": message.id,
+        # A leased message keeps its slot; an at-most-once or transactional pop empties it.
+        "state": LEASED if message.lease_until is not None else EMPTY,
+        "attempts": message.attempts,
+        "pushed_at": message.enqueued_at,
+        "lease_until": message.lease_until,
+        "last_error": message.last_error,
+    }
+
+
 #: At most this many claims a popper keeps waiting for their push to land.
 MAX_PARKED_CLAIMS = 10_000
 
@@ -123,12 +164,14 @@ class RingQueue(Layout):
         if priority != 0 or isinstance(priority, bool):
             raise InvalidArgument(
                 f"a ring queue delivers in push order: it has no priorities (got priority="
-                f"{priority!r}); use a split queue (QueueModel) for prioritised work"
+                f"{priority!r}); use a split queue (Django: QueueModel, SQLAlchemy: "
+                f"QueueMixin) for prioritised work"
             )
         if delay is not None or run_at is not None:
             raise InvalidArgument(
                 "a ring queue delivers in push order: it cannot delay a message (delay= or "
-                "run_at=); use a split queue (QueueModel) for scheduled work"
+                "run_at=); use a split queue (Django: QueueModel, SQLAlchemy: QueueMixin) for "
+                "scheduled work"
             )
 
     def push(
@@ -230,7 +273,9 @@ class RingQueue(Layout):
                         "while it holds the write lock)"
                     )
                     raise QueueFull(self.spec.table, self.capacity, ids, why)
-                time.sleep(pause)
+                # The executor's own sleep where it has one: under SQLAlchemy's asyncio
+                # (run_sync) a time.sleep would stop the event loop for the whole wait.
+                getattr(ex, "sleep", time.sleep)(pause)
                 pause = min(pause * 2, _WAIT_MAX)
             pending = waiting
         return [n for n in ids if n is not None]
@@ -481,6 +526,28 @@ class RingQueue(Layout):
         age = None if oldest is None or now is None else max(now - oldest, ZERO)
         ready, scheduled, leased, expired, done, failed = (int(v or 0) for v in row[:6])
         return QueueStats(ready, scheduled, leased, expired, done, failed, age, int(row[8]))
+
+    def next_number(self, ex: Executor) -> int:
+        """The first number above every number the counters handed out: where a capacity
+        change numbers the new slots on from. The ``stats`` statement reads both counters
+        (its last two columns); the pop counter may run a little ahead of the push counter,
+        so the larger one is taken."""
+        row = self._run(ex, "stats", self._clock())[0]
+        return max(int(row[-2]), int(row[-1]))
+
+    def check_empty(self, ex: Executor, *, drain_hint: str) -> None:
+        """Raise :class:`~dbqueue.errors.RingNotEmpty` unless the ring holds no message
+        (ready, leased or waiting to be retried; the failed table does not count), saying how
+        to drain it (``drain_hint``, in the front end's own terms)."""
+        stats = self.stats(ex)
+        held = stats.ready + stats.leased + stats.scheduled
+        if held:
+            raise RingNotEmpty(
+                f"ring queue {self.spec.table!r} holds {held} message(s) ({stats.ready} ready, "
+                f"{stats.leased} leased, {stats.scheduled} waiting to be retried): its "
+                f"{stats.capacity} slots can only be replaced (a capacity change) while it is "
+                f"empty. Nothing was changed. Drain it first: {drain_hint}"
+            )
 
     def check(self, ex: Executor) -> None:
         """Raise RingCapacityMismatch unless the table has exactly ``capacity`` slots."""

@@ -131,6 +131,9 @@ def ring_slot_statements(spec: QueueSpec, dialect: Dialect, *, start: int = 0) -
             f"INSERT INTO {ring} (slot, seq, last_error) SELECT mod(p, {capacity}), "
             f"p - {capacity}, repeat('.', {RING_SLOT_PADDING}) "
             f"FROM generate_series({first}::bigint, {last}::bigint) AS p",
+            # The statistics the planner keeps for the ring's life: autovacuum never analyzes
+            # it again (see ring_tuning_statements).
+            f"ANALYZE {ring}",
         ]
     return [
         f"CREATE TABLE {q(spec.push_seq)} (value integer NOT NULL)",
@@ -144,14 +147,28 @@ def ring_slot_statements(spec: QueueSpec, dialect: Dialect, *, start: int = 0) -
     ]
 
 
+#: autovacuum_analyze_threshold's largest value: autovacuum does not ANALYZE a ring table.
+#: A ring's row count never changes and the hot statements reach slots by primary key, so the
+#: statistics taken when the slots are inserted stay good; and an ANALYZE holds a snapshot
+#: while it samples, which keeps every old slot version younger than it from being pruned.
+#: Measured in a loaded CI run: autovacuum's "VACUUM ANALYZE" of the ring itself was the only
+#: session holding the horizon, 1,700 updates could not stay on their page and the ring grew
+#: 33% over 1M messages. (Its VACUUM part holds nothing back: PostgreSQL ignores vacuuming
+#: backends when it computes what may be pruned.)
+RING_NEVER_ANALYZE = 2_147_483_647
+
+
 def ring_tuning_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
-    """Storage parameters of a ring table (PostgreSQL), see :data:`RING_FILLFACTOR`."""
+    """Storage parameters of a ring table (PostgreSQL), see :data:`RING_FILLFACTOR` and
+    :data:`RING_NEVER_ANALYZE`."""
     if not dialect.supports_storage_parameters:
         return []
     return [
         f"ALTER TABLE {dialect.quote(spec.table)} SET (fillfactor = {RING_FILLFACTOR}, "
         f"autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = "
-        f"{max(1000, spec.options.capacity or 0)}, autovacuum_vacuum_cost_delay = 0)"
+        f"{max(1000, spec.options.capacity or 0)}, autovacuum_vacuum_cost_delay = 0, "
+        f"autovacuum_analyze_scale_factor = 0, "
+        f"autovacuum_analyze_threshold = {RING_NEVER_ANALYZE})"
     ]
 
 
@@ -174,3 +191,26 @@ def drop_ring_counter_statements(spec: QueueSpec, dialect: Dialect) -> list[str]
     if dialect.supports_storage_parameters:
         return [f"DROP SEQUENCE IF EXISTS {q(spec.push_seq)}, {q(spec.pop_seq)}"]
     return [f"DROP TABLE IF EXISTS {q(t)}" for t in (spec.push_seq, spec.pop_seq)]
+
+
+#: The stage table's own columns, before the payload's (``staged_at`` is filled by default).
+STAGE_COLUMNS = ("write_id", "part", "attempt", "ord", "priority", "run_at", "staged_at")
+
+
+def stage_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
+    """The stage table of Spark writes (``<table>_stage``, PostgreSQL), if it is missing.
+
+    UNLOGGED: staged rows are a scratch copy until the publish, not worth WAL; a server crash
+    empties the table, which a publish detects (see dbqueue.spark.writer). No index: a publish
+    reads one write's rows once, and COPY into a bare heap is fastest. The payload columns have
+    the queue's types, all nullable (the codec checks every row before it is staged)."""
+    q = dialect.quote
+    payload = "".join(f",\n    {q(f.name)} {dialect.column_type(f)} NULL" for f in spec.fields)
+    return [
+        f"CREATE UNLOGGED TABLE IF NOT EXISTS {q(spec.stage_table)} (\n"
+        f"    write_id uuid NOT NULL,\n    part integer NOT NULL,\n"
+        f"    attempt integer NOT NULL,\n    ord bigint NOT NULL,\n    priority smallint NULL,\n"
+        f"    run_at timestamp with time zone NULL,\n"
+        f"    staged_at timestamp with time zone NOT NULL DEFAULT statement_timestamp()"
+        f"{payload}\n)"
+    ]

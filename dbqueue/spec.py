@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
@@ -48,6 +49,11 @@ NO_DEFAULT: Any = _NoDefault()
 MAX_ATTEMPTS_LIMIT = 32767  # attempts is a smallint
 #: A ring's slots are preallocated rows: 2^24 of them is already gigabytes of table.
 MAX_CAPACITY = 1 << 24
+#: How to fix a ring declaration that sets a split queue's option.
+SPLIT_HINT = (
+    "a ring queue reuses its slots, so it cannot keep delivered messages; remove it, or "
+    "declare a split queue (Django: QueueModel, SQLAlchemy: QueueMixin)"
+)
 
 
 class FieldKind(StrEnum):
@@ -122,6 +128,11 @@ class QueueOptions:
     #: Ring: a message whose number was handed to a popper that never took it (the popper died,
     #: or rolled a transactional pop back) is pushed again by the sweeper after this long.
     stranded_after: timedelta = timedelta(seconds=30)
+    #: Split queues only: an item that leaves the queue successfully (ack, ack_pop, and the
+    #: removing pops: at_most_once, transactional) is marked done (state 2, run_at = when it
+    #: finished, its data row kept) instead of deleted, for an archive job to move out later.
+    #: A ring cannot keep it: its slots are reused.
+    keep_done: bool = False
 
     def __post_init__(self) -> None:
         attempts = self.max_attempts
@@ -159,6 +170,73 @@ class QueueOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidSpec(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.keep_done, bool):
+            raise InvalidSpec(f"keep_done must be True or False, got {self.keep_done!r}")
+        if self.keep_done and capacity is not None:
+            raise InvalidSpec(f"keep_done is an option of split queues only; {SPLIT_HINT}")
+
+
+#: The option names a declaration may set (``aware_datetimes`` comes from the framework).
+OPTION_NAMES = frozenset(QueueOptions.__dataclass_fields__) - {"aware_datetimes"}
+#: The options that only a ring queue has (capacity is also required there).
+RING_OPTIONS = frozenset({"capacity", "push_timeout", "hole_timeout", "stranded_after"})
+#: The options that only a split queue has: a ring reuses its slots, so it keeps nothing.
+SPLIT_OPTIONS = frozenset({"keep_done"})
+
+
+def _refuse_options(
+    label: str, values: Mapping[str, Any], only: frozenset[str], layout: str, hint: str
+) -> None:
+    """InvalidSpec if ``values`` sets any of ``only``, the options of ``layout`` queues only."""
+    names = sorted(set(values) & only)
+    if names:
+        raise InvalidSpec(
+            f"{label}: {', '.join(names)} "
+            f"{'is an option' if len(names) == 1 else 'are options'} of {layout} queues only; "
+            f"{hint}"
+        )
+
+
+def options_from(
+    values: Mapping[str, Any],
+    *,
+    label: str,
+    ring: bool,
+    aware_datetimes: bool,
+    ring_hint: str,
+) -> QueueOptions:
+    """QueueOptions from a declaration's option values (Django's inner ``class QueueOptions``,
+    SQLAlchemy's ``__queue_options__``), with errors that name the declaration (``label``).
+
+    Every option is optional except ``capacity`` for a ring queue; the ring's options are
+    refused on a split queue, with ``ring_hint`` saying how to declare a ring instead, and the
+    split queue's options (``keep_done``) on a ring.
+    """
+    unknown = sorted(set(values) - OPTION_NAMES)
+    if unknown:
+        raise InvalidSpec(
+            f"{label}: unknown option(s) {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(OPTION_NAMES))}"
+        )
+    if not ring:
+        _refuse_options(label, values, RING_OPTIONS, "ring", ring_hint)
+    else:
+        _refuse_options(label, values, SPLIT_OPTIONS, "split", SPLIT_HINT)
+    if ring and values.get("capacity") is None:
+        raise InvalidSpec(
+            f"{label}: a ring queue needs capacity = <number of slots>, the most "
+            f"messages it holds at once (its table is preallocated with that many rows)"
+        )
+    backoff = values.get("backoff")
+    if backoff is not None and not isinstance(backoff, Backoff):
+        raise InvalidSpec(f"{label}.backoff must be a dbqueue.Backoff")
+    lease = values.get("lease", timedelta(seconds=60))
+    if not isinstance(lease, timedelta):
+        raise InvalidSpec(f"{label}.lease must be a timedelta")
+    try:
+        return QueueOptions(**values, aware_datetimes=aware_datetimes)
+    except InvalidSpec as exc:
+        raise InvalidSpec(f"{label}: {exc}") from None
 
 
 def index_name(table: str, purpose: str) -> str:
@@ -223,6 +301,11 @@ class QueueSpec:
     def failed_table(self) -> str:
         """Ring queues: where messages go after ``max_attempts``."""
         return f"{self.table}_failed"
+
+    @property
+    def stage_table(self) -> str:
+        """Where a Spark write stages its rows before publishing them (dbqueue.spark)."""
+        return f"{self.table}_stage"
 
     @property
     def push_seq(self) -> str:

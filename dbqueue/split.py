@@ -22,14 +22,42 @@ from dbqueue.layout import (
     positive,
 )
 from dbqueue.message import Message, QueueStats, RescueResult, State
+from dbqueue.sql import Statement
 
 __all__ = ["SplitQueue", "TokenLike"]
 
 
+def data_row(message: Message) -> dict[str, Any]:
+    """The data table's columns for a popped message, as the adapters build model instances
+    from them (the meta columns are the message's attributes)."""
+    return {
+        **message.payload,
+        "id": message.id,
+        "enqueued_at": message.enqueued_at,
+        "last_error": message.last_error,
+    }
+
+
+#: With ``QueueOptions.keep_done``, the statements that mark items done instead of removing
+#: them, by the operation they replace.
+KEEP_DONE_OPERATIONS = {"ack": "ack_done", "ack_pop": "ack_pop_done", "pop_remove": "pop_done"}
+
+
 class SplitQueue(Layout):
-    """Operations on one split queue for one dialect. Thread-safe: it holds no connection."""
+    """Operations on one split queue for one dialect. Thread-safe: it holds no connection.
+
+    With ``QueueOptions.keep_done`` every way an item leaves the queue successfully (ack,
+    ack_pop, the at_most_once and transactional pops) marks it done (state 2, ``run_at`` = when
+    it finished, its data row kept) instead of deleting it; ``purge("done")`` or the archive
+    job removes done items.
+    """
 
     layout = "split"
+
+    def _statement(self, operation: str) -> Statement:
+        if self.spec.options.keep_done:
+            operation = KEEP_DONE_OPERATIONS.get(operation, operation)
+        return super()._statement(operation)
 
     # -- push ---------------------------------------------------------------------------------
 

@@ -111,6 +111,13 @@ class WorkerStats:
     database_errors: int = 0
     seconds: float = 0.0
 
+    def summary(self) -> str:
+        """The line a worker command prints when it stops."""
+        return (
+            f"{self.handled} handled, {self.failed} failed, {self.batches} batches in "
+            f"{self.seconds:.1f} s"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class _Pending:

@@ -2,7 +2,8 @@
 of yours, plus a "Queue overview" page listing every queue.
 
 A split queue's list shows the counts per state and the age of the oldest ready item, filters
-by state, and offers three actions: **Retry** (failed items back to ready, attempts reset),
+by state, and offers three actions: **Retry** (failed items back to ready, attempts reset; done
+items, which a queue with ``keep_done`` keeps, are not retried: their work succeeded),
 **Delete** (both tables), and **Set priority**. A ring queue's list shows its occupancy and the
 messages in its slots; its failed messages have a list of their own, with **Retry** (pushed
 again at the tail) and **Delete** (see :mod:`dbqueue_django.ring_admin`). Detail pages show the
@@ -27,14 +28,13 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 from dbqueue.errors import InvalidArgument
-from dbqueue.message import State
+from dbqueue.message import State, format_age
 from dbqueue_django.admin_common import (
     LIST_PAYLOAD_FIELDS,
     Count,
     QueueTableAdmin,
     changelist_url_for,
     display_time,
-    format_age,
     with_age,
 )
 from dbqueue_django.models import BaseQueueModel, QueueOverview, RingQueueModel, queue_models
@@ -45,13 +45,13 @@ __all__ = ["QueueModelAdmin", "QueueOverviewAdmin", "format_age", "register_queu
 
 
 class StateFilter(admin.SimpleListFilter):
-    """Ready (due now), scheduled (due later), leased, failed."""
+    """Ready (due now), scheduled (due later), leased, done (kept by ``keep_done``), failed."""
 
     title = "state"
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(s, s) for s in ("ready", "scheduled", "leased", "failed")]
+        return [(s, s) for s in ("ready", "scheduled", "leased", "done", "failed")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value, now = self.value(), timezone.now()
@@ -61,8 +61,8 @@ class StateFilter(admin.SimpleListFilter):
             return queryset.filter(queue_meta__state=State.READY, queue_meta__run_at__gt=now)
         if value == "leased":
             return queryset.filter(queue_meta__state=State.LEASED)
-        if value == "failed":
-            return queryset.filter(queue_meta__state=State.FAILED)
+        if value in ("done", "failed"):
+            return queryset.filter(queue_meta__state=State.parse(value))
         return queryset
 
 
@@ -97,7 +97,7 @@ class QueueModelAdmin(QueueTableAdmin):
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         names = [f.name for f in payload_fields(self.model)][:LIST_PAYLOAD_FIELDS]
-        return ["id", *names, "state", "attempts", "priority", "run_at", "failed_at",
+        return ["id", *names, "state", "attempts", "priority", "run_at", "finished_at",
                 "enqueued_at", "error"]  # fmt: skip
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
@@ -111,6 +111,7 @@ class QueueModelAdmin(QueueTableAdmin):
             Count("ready", stats["ready"]),
             Count("scheduled", stats["scheduled"]),
             Count("leased", stats["leased"], note=expired),
+            Count("done", stats["done"], url="?state=done"),
             Count("failed", stats["failed"], url="?state=failed", css="failed"),
             Count("oldest ready", stats["oldest_ready"]),
         ]
@@ -136,10 +137,12 @@ class QueueModelAdmin(QueueTableAdmin):
     def run_at(self, obj: Any) -> str:
         return display_time(obj.q_run_at)
 
-    @admin.display(description="failed at", ordering="queue_meta__run_at")
-    def failed_at(self, obj: Any) -> str:
-        # For a failed item run_at records when it failed (see split_fail).
-        return display_time(obj.q_run_at if obj.q_state == State.FAILED else None)
+    @admin.display(description="finished at", ordering="queue_meta__run_at")
+    def finished_at(self, obj: Any) -> str:
+        # For a done or failed item run_at records when it left the queue (see split_fail,
+        # split_ack_done).
+        finished = obj.q_state in (State.DONE, State.FAILED)
+        return display_time(obj.q_run_at if finished else None)
 
     @admin.display(description="lease until")
     def lease_until(self, obj: Any) -> str:
@@ -207,6 +210,7 @@ class QueueOverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "label": f"{opts.app_config.verbose_name} / {opts.verbose_name_plural}",
             "url": url,
             "failed_url": f"{url}?state=failed" if url else None,
+            "done_url": f"{url}?state=done" if url else None,
             "stats": stats,
             "occupancy": "-",
         }

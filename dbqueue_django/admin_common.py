@@ -15,27 +15,12 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
+from dbqueue.message import format_age
+
 #: Payload columns shown in a queue's list (all of them are on the detail page).
 LIST_PAYLOAD_FIELDS = 4
 #: Characters of the last error shown in the list.
 ERROR_PREVIEW = 80
-
-
-def format_age(age: dt.timedelta | None) -> str:
-    """``4.8 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``; "-" for no age."""
-    if age is None:
-        return "-"
-    seconds = age.total_seconds()
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, sec = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days} d {hours} h"
-    if hours:
-        return f"{hours} h {minutes} min"
-    return f"{minutes} min {sec} s"
 
 
 def display_time(value: dt.datetime | None) -> str:

@@ -17,36 +17,32 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
+from dbqueue.handlers import DEFAULT_BATCH_SIZE, Handler, HandlerRegistry
+
+__all__ = ["DEFAULT_BATCH_SIZE", "Handler", "autodiscover", "handler", "handlers", "unregister"]
+
 if TYPE_CHECKING:
     from dbqueue_django.models import BaseQueueModel
 
-#: The batch a worker pops for a per-item handler: items are handled one after the other, and
-#: acked in one statement.
-DEFAULT_BATCH_SIZE = 100
+
+def _is_queue(model: Any) -> bool:
+    from dbqueue_django.models import is_queue_model
+
+    return is_queue_model(model)
 
 
-@dataclass(frozen=True, slots=True)
-class Handler:
-    """A registered handler of one queue model."""
-
-    model: type[BaseQueueModel]
-    func: Callable[[Any], object]
-    batch: bool
-    batch_size: int
-
-    @property
-    def label(self) -> str:
-        return f"{self.model._meta.label} -> {self.func.__module__}.{self.func.__qualname__}"
-
-
-_HANDLERS: dict[type[Any], Handler] = {}
+_REGISTRY = HandlerRegistry(
+    is_queue=_is_queue,
+    queue_label=lambda model: str(model._meta.label),
+    expected="a concrete QueueModel or RingQueueModel subclass",
+    error=ImproperlyConfigured,
+)
 
 
 def handler[F: Callable[..., object]](
@@ -58,34 +54,7 @@ def handler[F: Callable[..., object]](
     ``batch=True``: called with the list of instances; an exception fails the whole batch.
     ``batch_size``: how many items a worker pops at a time (``--batch-size`` overrides it).
     """
-    from dbqueue_django.models import is_queue_model
-
-    if not is_queue_model(model):
-        raise ImproperlyConfigured(
-            f"@handler needs a concrete QueueModel or RingQueueModel subclass, got {model!r}"
-        )
-    if not isinstance(batch, bool):
-        raise ImproperlyConfigured(f"@handler(batch=...) must be a bool, got {batch!r}")
-    size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ImproperlyConfigured(f"@handler(batch_size=...) must be positive, got {size!r}")
-
-    def register(func: F) -> F:
-        new = Handler(model, func, batch, size)
-        old = _HANDLERS.get(model)
-        if old is not None and _name(old.func) != _name(func):
-            raise ImproperlyConfigured(
-                f"{model._meta.label} already has a handler ({old.label}); a queue has one "
-                f"handler, so {_name(func)} cannot be registered too"
-            )
-        _HANDLERS[model] = new
-        return func
-
-    return register
-
-
-def _name(func: Callable[..., object]) -> str:
-    return f"{func.__module__}.{func.__qualname__}"
+    return _REGISTRY.decorator(model, batch=batch, batch_size=batch_size)
 
 
 #: The Django Tasks backend whose tasks the worker runs (see dbqueue_django.tasks).
@@ -108,9 +77,9 @@ def autodiscover() -> None:
 
 def handlers() -> dict[type[Any], Handler]:
     """Every registered handler, by model (after :func:`autodiscover`)."""
-    return dict(_HANDLERS)
+    return _REGISTRY.handlers()
 
 
 def unregister(model: type[Any]) -> None:
     """Forget ``model``'s handler (tests that register their own)."""
-    _HANDLERS.pop(model, None)
+    _REGISTRY.unregister(model)

@@ -112,7 +112,8 @@ class QueueModel(BaseQueueModel, metaclass=QueueModelBase):
     """Subclass this to declare a queue: the fields are the payload.
 
     ``class QueueOptions`` inside the model sets ``max_attempts``, ``lease``, ``backoff``,
-    ``max_payload_bytes``, ``push_many_batch``, ``rescue_batch`` (all optional).
+    ``max_payload_bytes``, ``push_many_batch``, ``rescue_batch``, ``keep_done`` (all
+    optional; ``keep_done = True`` keeps processed items as done instead of deleting them).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -138,8 +139,9 @@ class RingQueueModel(BaseQueueModel, metaclass=RingQueueModelBase):
     A ring is a table of ``capacity`` preallocated slots that is only ever updated: FIFO,
     bounded (a push into a full ring waits up to ``push_timeout``, then raises QueueFull) and
     free of bloat. Messages that used their last attempt move to ``<Model>Failed``. Besides
-    the split queue's options, ``QueueOptions`` takes ``push_timeout``, ``hole_timeout`` and
-    ``stranded_after``; a ring has no priorities and no delays.
+    the split queue's options (but ``keep_done``: slots are reused), ``QueueOptions`` takes
+    ``push_timeout``, ``hole_timeout`` and ``stranded_after``; a ring has no priorities and
+    no delays.
 
     Rows of this model are slots: ``id`` is the number of the message a slot holds (or last
     held), ``state`` says whether it is empty, ready, leased or waiting to be retried.

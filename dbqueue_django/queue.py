@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from django.db import models, router
 
 from dbqueue.message import DeliveryMode, Message, RescueResult, State
-from dbqueue.split import SplitQueue, TokenLike
+from dbqueue.split import SplitQueue, TokenLike, data_row
 from dbqueue.worker_queue import AnyQueue
 from dbqueue_django.executor import DjangoExecutor
 from dbqueue_django.spec import payload_fields, spec_for_model
@@ -110,7 +110,7 @@ class DjangoQueue[M: "BaseQueueModel"]:
 
     def _row(self, m: Message) -> dict[str, Any]:
         """The model's columns for a popped message."""
-        return {**m.payload, "id": m.id, "enqueued_at": m.enqueued_at, "last_error": m.last_error}
+        return data_row(m)
 
     def _annotate(self, obj: M, m: Message) -> None:
         """Set what a popped message has beyond the model's columns (its meta columns)."""
@@ -163,7 +163,8 @@ class DjangoQueue[M: "BaseQueueModel"]:
         return self._instances(core.pop_batch(ex, n, mode=mode, lease=lease), ex.alias)
 
     def ack(self, items: TokenLike, *, strict: bool = True) -> list[int]:
-        """Remove leased items whose work is done (fenced by their lease token)."""
+        """Remove leased items whose work is done (fenced by their lease token); a queue
+        with ``keep_done`` marks them done instead."""
         core, ex = self._bind()
         return core.ack(ex, items, strict=strict)
 

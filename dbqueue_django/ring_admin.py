@@ -15,13 +15,14 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from dbqueue.ring import EMPTY
 from dbqueue_django.admin_common import (
     LIST_PAYLOAD_FIELDS,
     Count,
     QueueTableAdmin,
     changelist_url_for,
 )
-from dbqueue_django.ring_model import EMPTY, SLOT_STATES
+from dbqueue_django.ring_model import SLOT_STATES
 from dbqueue_django.spec import payload_fields
 
 
@@ -50,6 +51,7 @@ def ring_overview(site: admin.AdminSite, ring: Any, stats: dict[str, Any]) -> di
     return {
         "occupancy": occupancy_text(stats),
         "failed_url": changelist_url_for(site, ring.failed_model),
+        "done_url": None,  # a ring keeps no done messages: its slots are reused
     }
 
 

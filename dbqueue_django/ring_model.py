@@ -10,11 +10,10 @@ from django.db import models
 from django.db.models.base import ModelBase
 
 from dbqueue.errors import InvalidSpec
+from dbqueue.ring import EMPTY, LEASED, READY, RETRYING
 from dbqueue_django.slots import RingSlots
 from dbqueue_django.spec import options_of, payload_fields
 
-#: The ``state`` column of a ring slot (see dbqueue/sql/postgresql/ring.sql).
-EMPTY, READY, LEASED, RETRYING = 0, 1, 2, 3
 SLOT_STATES = [(EMPTY, "empty"), (READY, "ready"), (LEASED, "leased"), (RETRYING, "retrying")]
 #: The columns of every slot table besides the payload.
 RING_BASE_FIELDS = frozenset(

@@ -12,17 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
-from dbqueue.errors import InvalidArgument
 from dbqueue.message import Message, State
-from dbqueue.ring import RingQueue
+from dbqueue.ring import EMPTY, RingQueue, item_state, slot_row
 from dbqueue_django.queue import DjangoQueue
-from dbqueue_django.ring_model import EMPTY, LEASED, READY, RETRYING
 
 if TYPE_CHECKING:
     from dbqueue_django.models import RingQueueModel
-
-#: The states ``items()`` filters by, as slot states.
-ITEM_STATES = {"ready": READY, "leased": LEASED, "retrying": RETRYING}
 
 
 class RingDjangoQueue[M: "RingQueueModel"](DjangoQueue[M]):
@@ -38,17 +33,7 @@ class RingDjangoQueue[M: "RingQueueModel"](DjangoQueue[M]):
     def _row(self, m: Message) -> dict[str, Any]:
         capacity = self.spec.options.capacity
         assert capacity is not None  # a ring spec always has one
-        return {
-            **m.payload,
-            "slot": m.id % capacity,
-            "seq": m.id,
-            # A leased message keeps its slot; an at-most-once or transactional pop empties it.
-            "state": LEASED if m.lease_until is not None else EMPTY,
-            "attempts": m.attempts,
-            "pushed_at": m.enqueued_at,
-            "lease_until": m.lease_until,
-            "last_error": m.last_error,
-        }
+        return slot_row(m, capacity)
 
     def _annotate(self, obj: M, m: Message) -> None:
         """Nothing to add: attempts and lease_until are columns of the slot table."""
@@ -64,13 +49,7 @@ class RingDjangoQueue[M: "RingQueueModel"](DjangoQueue[M]):
         "retrying" (failed messages are in :meth:`failed`)."""
         queryset = self.model._default_manager.using(self.alias).exclude(state=EMPTY)
         if state is not None:
-            name = state.lower() if isinstance(state, str) else State(state).name.lower()
-            if name not in ITEM_STATES:
-                raise InvalidArgument(
-                    f"a ring queue's slots are {', '.join(ITEM_STATES)}; got {state!r} (failed "
-                    f"messages are in the failed table: Model.queue.failed())"
-                )
-            queryset = queryset.filter(state=ITEM_STATES[name])
+            queryset = queryset.filter(state=item_state(state))
         return queryset.order_by("seq")
 
     def failed(self) -> models.QuerySet[Any]:

@@ -22,7 +22,6 @@ failed table.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from django.core.management.color import no_style
@@ -31,7 +30,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.backends.ddl_references import Statement
 
-from dbqueue.errors import DBQueueError, QueueTableMissing
+from dbqueue.errors import QueueTableMissing
 from dbqueue.ring import RingQueue
 from dbqueue.schema import drop_ring_counter_statements, ring_slot_statements
 from dbqueue.spec import QueueOptions, QueueSpec, index_name
@@ -40,10 +39,6 @@ from dbqueue_django.executor import DjangoExecutor, dialect_for
 #: The purpose part of the index's name: ``dbq_<hash of the table>_seq``, the name the core
 #: gives the ring's ``seq`` index on SQLite.
 PURPOSE = "seq"
-
-
-class RingNotEmpty(DBQueueError):
-    """A ring's slots cannot be replaced (a capacity change) while it holds messages."""
 
 
 class RingSlots(models.Index):
@@ -111,21 +106,14 @@ def run_all_but_last(schema_editor: BaseDatabaseSchemaEditor, statements: list[s
 
 def next_number(connection: BaseDatabaseWrapper, spec: QueueSpec) -> int:
     """The first number above every number the ring's counters handed out; 0 for a ring that
-    has no counters (or no tables) yet.
-
-    The core's ``ring_stats`` statement reads both counters (its last two columns): the pop
-    counter may run a little ahead of the push counter, so the larger one is taken.
-    """
-    dialect = dialect_for(connection)
-    stats = RingQueue(spec, dialect).statements["ring_stats"].parts[0]
-    params = {"now": dialect.time_param(dt.datetime.now(dt.UTC))} if dialect.client_clock else {}
+    has no counters (or no tables) yet (see :meth:`dbqueue.RingQueue.next_number`)."""
     try:
         # A savepoint: a missing relation must not abort the migration's transaction.
         with transaction.atomic(using=connection.alias):
-            row = DjangoExecutor(connection.alias).execute(stats, params)[0]
+            ring = RingQueue(spec, dialect_for(connection))
+            return ring.next_number(DjangoExecutor(connection.alias))
     except QueueTableMissing:
         return 0
-    return max(int(row[-2]), int(row[-1]))
 
 
 def fill_statements(connection: BaseDatabaseWrapper, spec: QueueSpec) -> list[str]:
@@ -140,16 +128,9 @@ def fill_statements(connection: BaseDatabaseWrapper, spec: QueueSpec) -> list[st
 
 
 def check_empty(connection: BaseDatabaseWrapper, spec: QueueSpec) -> None:
-    """Raise :class:`RingNotEmpty` unless the ring holds no message (ready, leased or waiting
-    to be retried; the failed table does not count)."""
-    stats = RingQueue(spec, dialect_for(connection)).stats(DjangoExecutor(connection.alias))
-    held = stats.ready + stats.leased + stats.scheduled
-    if held:
-        raise RingNotEmpty(
-            f"ring queue {spec.table!r} holds {held} message(s) ({stats.ready} ready, "
-            f"{stats.leased} leased, {stats.scheduled} waiting to be retried): its "
-            f"{stats.capacity} slots can only be replaced (a capacity change) while it is "
-            f"empty. Nothing was changed. Drain it first: stop its producers, let the workers "
-            f"empty it (manage.py runqueueworker <app_label.Model> --burst), then run migrate "
-            f"again (see the ring queue how-to)"
-        )
+    """Raise :class:`RingNotEmpty` unless the ring holds no message."""
+    RingQueue(spec, dialect_for(connection)).check_empty(
+        DjangoExecutor(connection.alias),
+        drain_hint="stop its producers, let the workers empty it (manage.py runqueueworker "
+        "<app_label.Model> --burst), then run migrate again (see the ring queue how-to)",
+    )

@@ -7,15 +7,13 @@ A split queue (``QueueModel``) takes its payload from the model's own fields; a 
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
 
-from dbqueue.backoff import Backoff
 from dbqueue.errors import InvalidSpec
-from dbqueue.spec import NO_DEFAULT, Field, FieldKind, QueueOptions, QueueSpec
+from dbqueue.spec import NO_DEFAULT, Field, FieldKind, QueueOptions, QueueSpec, options_from
 
 if TYPE_CHECKING:
     from dbqueue_django.models import BaseQueueModel
@@ -43,9 +41,6 @@ KINDS: dict[str, FieldKind] = {
 }
 #: The columns every split queue model has; they are not payload.
 BASE_FIELDS = frozenset({"id", "enqueued_at", "last_error"})
-OPTION_NAMES = frozenset(QueueOptions.__dataclass_fields__) - {"aware_datetimes"}
-#: The options that only a ring queue has (capacity is also required there).
-RING_OPTIONS = frozenset({"capacity", "push_timeout", "hole_timeout", "stranded_after"})
 
 
 def payload_fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:
@@ -97,36 +92,14 @@ def options_of(model: type[BaseQueueModel]) -> QueueOptions:
     except ``capacity`` for a ring queue; the ring's options are refused on a split queue."""
     declared = getattr(model, "QueueOptions", None)
     values = {k: v for k, v in vars(declared).items() if not k.startswith("_")} if declared else {}
-    label = model._meta.label
-    unknown = sorted(set(values) - OPTION_NAMES)
-    if unknown:
-        raise InvalidSpec(
-            f"{label}.QueueOptions: unknown option(s) {', '.join(unknown)}; "
-            f"known: {', '.join(sorted(OPTION_NAMES))}"
-        )
-    ring_only = sorted(set(values) & RING_OPTIONS)
-    if not is_ring(model) and ring_only:
-        raise InvalidSpec(
-            f"{label}.QueueOptions: {', '.join(ring_only)} "
-            f"{'is an option' if len(ring_only) == 1 else 'are options'} of ring queues only; "
-            f"subclass dbqueue_django.models.RingQueueModel for a bounded ring of preallocated "
-            f"slots, or remove it from this QueueModel"
-        )
-    if is_ring(model) and values.get("capacity") is None:
-        raise InvalidSpec(
-            f"{label}.QueueOptions: a ring queue needs capacity = <number of slots>, the most "
-            f"messages it holds at once (its table is preallocated with that many rows)"
-        )
-    backoff = values.get("backoff")
-    if backoff is not None and not isinstance(backoff, Backoff):
-        raise InvalidSpec(f"{label}.QueueOptions.backoff must be a dbqueue.Backoff")
-    lease = values.get("lease", timedelta(seconds=60))
-    if not isinstance(lease, timedelta):
-        raise InvalidSpec(f"{label}.QueueOptions.lease must be a timedelta")
-    try:
-        return QueueOptions(**values, aware_datetimes=bool(settings.USE_TZ))
-    except InvalidSpec as exc:
-        raise InvalidSpec(f"{label}.QueueOptions: {exc}") from None
+    return options_from(
+        values,
+        label=f"{model._meta.label}.QueueOptions",
+        ring=is_ring(model),
+        aware_datetimes=bool(settings.USE_TZ),
+        ring_hint="subclass dbqueue_django.models.RingQueueModel for a bounded ring of "
+        "preallocated slots, or remove it from this QueueModel",
+    )
 
 
 def spec_for_model(model: type[BaseQueueModel]) -> QueueSpec:

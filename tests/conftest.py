@@ -6,6 +6,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -15,20 +16,34 @@ from psycopg import sql
 from tests.pg import server_dsn, worker_id
 
 
-@pytest.fixture(scope="session")
-def pg_dsn() -> Iterator[str]:
-    """A database of this xdist worker's own on the shared test server, for core tests."""
+@contextmanager
+def scratch_database(prefix: str) -> Iterator[str]:
+    """A new database of this xdist worker's own on the shared test server; its DSN."""
     base = server_dsn()
-    name = f"dbqueue_core_{worker_id()}_{os.getpid()}"
+    name = f"{prefix}_{worker_id()}_{os.getpid()}"
     with psycopg.connect(base, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    dsn = psycopg.conninfo.make_conninfo(base, dbname=name)
-    yield dsn
+    yield psycopg.conninfo.make_conninfo(base, dbname=name)
     with psycopg.connect(base, autocommit=True) as admin:
         admin.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """A database of this xdist worker's own on the shared test server, for core tests."""
+    with scratch_database("dbqueue_core") as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="session")
+def empty_pg_dsn() -> Iterator[str]:
+    """A database of this worker's own that only tests which leave it empty use: what
+    compares a whole database with a schema (Alembic's autogenerate) sees nothing else."""
+    with scratch_database("dbqueue_empty") as dsn:
+        yield dsn
 
 
 @pytest.fixture

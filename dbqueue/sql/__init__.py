@@ -14,7 +14,7 @@ Braced placeholders are filled by :func:`render` with identifiers taken from a v
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -146,11 +146,16 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     }
 
 
-def render(spec: QueueSpec, dialect: Dialect, layout: str) -> dict[str, Statement]:
-    """Every statement of ``layout`` for this queue on this dialect, ready to execute."""
+def render(
+    spec: QueueSpec, dialect: Dialect, layout: str, extra: Mapping[str, str] | None = None
+) -> dict[str, Statement]:
+    """Every statement of ``sql/<dialect>/<layout>.sql`` for this queue on this dialect, ready
+    to execute. Files other than ``split`` see the ring's identifiers too (the Spark and
+    archive statements serve both layouts); ``extra`` adds identifier fragments of their own."""
     context = split_context(spec, dialect)
-    if layout == "ring":
+    if layout != "split":
         context.update(ring_context(spec, dialect))
+    context.update(extra or {})
     for name, text in fragments(dialect.name, layout).items():
         context[name] = text.format(**context)
     return {

@@ -18,11 +18,14 @@ from tests.pg import server_dsn, worker_id
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.postgresql, pytest.mark.django]
-OURS = ("thin", "naive", "dbqueue-core", "dbqueue-core-amo", "dbqueue-django", "dbqueue-ring")
+OURS = (
+    "thin", "naive", "dbqueue-core", "dbqueue-core-amo", "dbqueue-django", "dbqueue-ring",
+    "dbqueue-sa",
+)  # fmt: skip
 #: A ring declared by a Django model has one capacity: it runs only the workloads that fit.
 FIXED = ("dbqueue-ring-django",)
 #: The systems of the pairs workload, whose figures the report sets side by side.
-PAIRED = ("thin", "naive", "dbqueue-core", "dbqueue-ring", "dbqueue-django", *FIXED)
+PAIRED = ("thin", "naive", "dbqueue-core", "dbqueue-ring", "dbqueue-django", "dbqueue-sa", *FIXED)
 PEERS = ("pgqueuer", "procrastinate", "django-tasks-db", "celery-redis")
 
 

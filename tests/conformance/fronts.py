@@ -1,24 +1,32 @@
 """One facade over every front end, so the conformance tests are written once.
 
 A front pushes and pops through the real public API of its front end (the core's SplitQueue
-over a driver connection, or ``Model.queue`` over Django's connection) and normalises what it
-gets back to :class:`Item`, keeping the original object for ack/fail.
+over a driver connection, ``Model.queue`` over Django's connection, or ``Model.queue`` on a
+SQLAlchemy Session or AsyncSession) and normalises what it gets back to :class:`Item`, keeping
+the original object for ack/fail.
+
+Where the front ends differ by design, a capability attribute of :class:`Front` says so and
+the test asserts each side's behaviour (never a vendor or front check in a test).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
 
 from dbqueue import QueueSpec, SplitQueue, get_dialect
 from dbqueue.drivers import executor_for
 from dbqueue.schema import create_statements
-from tests.conformance.spec import JOB_FIELDS, JOB_OPTIONS
+from tests.conformance.spec import JOB_FIELDS, JOB_OPTIONS, KEPT_OPTIONS
 
 PAYLOAD = tuple(f.name for f in JOB_FIELDS)
 PAST = {"postgresql": "'2000-01-01 00:00:00+00'", "sqlite": "'2000-01-01 00:00:00.000000'"}
@@ -39,8 +47,27 @@ class Front:
     backend: str
     meta_table: str
     data_table: str
+    #: The front's queue keeps acknowledged items as done (``keep_done``: its KeptJob twin).
+    kept: bool = False
+
+    #: A transactional pop needs a transaction the caller opened (``atomic()``): the core's
+    #: and Django's connections autocommit outside one, so the pop would commit at once and be
+    #: an at-most-once pop under another name; they raise TransactionStateError. A
+    #: SQLAlchemy Session is always in a transaction that its user commits, so there the pop
+    #: joins it (and the SA fronts commit after the call, as a user does).
+    transactional_needs_atomic = True
+
+    if TYPE_CHECKING:
+        # The queue's operations (push, pop_batch, ack, ...), atomic(), clone() and close()
+        # are each front's own, mostly forwarded by __getattr__.
+        def __getattr__(self, name: str) -> Any: ...
 
     def _raw(self, statement: str) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def interrupter(self) -> Callable[[], None]:
+        """Connects, and returns what stops this front's running statement from another
+        thread (sqlite3's ``interrupt()``, psycopg's ``cancel()``, both thread-safe)."""
         raise NotImplementedError
 
     # Test helpers working on the tables directly.
@@ -53,6 +80,13 @@ class Front:
 
     def states(self) -> dict[int, int]:
         return dict(self._raw(f'SELECT id, state FROM "{self.meta_table}"'))
+
+    def meta_rows(self) -> dict[int, tuple[int, int, bool]]:
+        """id -> (state, attempts, whether lease_until is NULL) of every meta row."""
+        rows = self._raw(
+            f'SELECT id, state, attempts, lease_until IS NULL FROM "{self.meta_table}"'
+        )
+        return {int(r[0]): (int(r[1]), int(r[2]), bool(r[3])) for r in rows}
 
     def last_error(self, item_id: int) -> str | None:
         rows = self._raw(f'SELECT last_error FROM "{self.data_table}" WHERE id = {int(item_id)}')
@@ -70,11 +104,13 @@ class Front:
 class CoreFront(Front):
     """The core's SplitQueue over a bare psycopg or sqlite3 connection."""
 
-    def __init__(self, backend: str, conn: Any, table: str, *, create: bool = True) -> None:
-        self.backend, self.conn = backend, conn
+    def __init__(
+        self, backend: str, conn: Any, table: str, *, create: bool = True, kept: bool = False
+    ) -> None:
+        self.backend, self.conn, self.kept = backend, conn, kept
         if backend == "sqlite":  # read now: the connection is not to be shared across threads
             self.path = conn.execute("PRAGMA database_list").fetchone()[2]
-        self.spec = QueueSpec(table, JOB_FIELDS, JOB_OPTIONS)
+        self.spec = QueueSpec(table, JOB_FIELDS, KEPT_OPTIONS if kept else JOB_OPTIONS)
         self.data_table, self.meta_table = table, self.spec.meta_table
         dialect = get_dialect(backend)
         self.queue = SplitQueue(self.spec, dialect)
@@ -86,6 +122,9 @@ class CoreFront(Front):
     def _raw(self, statement: str) -> list[tuple[Any, ...]]:
         return self.ex.execute(statement, {})
 
+    def interrupter(self) -> Callable[[], None]:
+        return _stopper(self.conn)
+
     def clone(self) -> CoreFront:
         if self.backend == "postgresql":
             conn: Any = psycopg.connect(self.conn.info.dsn, autocommit=True)
@@ -93,7 +132,7 @@ class CoreFront(Front):
             from dbqueue.drivers.sqlite import connect
 
             conn = connect(self.path)
-        return CoreFront(self.backend, conn, self.data_table, create=False)
+        return CoreFront(self.backend, conn, self.data_table, create=False, kept=self.kept)
 
     def close(self) -> None:
         self.conn.close()
@@ -138,16 +177,40 @@ class CoreFront(Front):
         return self.queue.stats(self.ex).as_dict()
 
 
-class DjangoFront(Front):
-    """``Job.queue`` on a Django database alias."""
+class ModelFront(Front):
+    """A front whose queue is a model class's ``Model.queue`` (Django, SQLAlchemy): popped
+    items are model instances, with ``attempts`` and ``priority`` set."""
 
-    def __init__(self, backend: str, alias: str) -> None:
-        from tests.django.testapp.models import Job
+    def _call(self, name: str, /, *args: Any, **kw: Any) -> Any:
+        """Run ``Model.queue.<name>`` with the front's target."""
+        raise NotImplementedError
 
-        self.backend, self.alias, self.model = backend, alias, Job
-        self.queue = Job.queue.using(alias)
-        self.data_table = Job._meta.db_table
-        self.meta_table = Job.queue_meta_model._meta.db_table
+    def pop_batch(self, n: int = 1, **kw: Any) -> list[Item]:
+        return [_model_item(o) for o in self._call("pop_batch", n, **kw)]
+
+    def ack_pop(self, items: Any, n: int, **kw: Any) -> tuple[int, list[Item]]:
+        acked, objs = self._call("ack_pop", _raw_items(items), n, **kw)
+        return acked, [_model_item(o) for o in objs]
+
+    def __getattr__(self, name: str) -> Any:
+        # push, push_many, ack, fail, extend, retry, rescue, stats, purge, delete.
+        def call(*args: Any, **kw: Any) -> Any:
+            return self._call(name, *(_raw_items(a) for a in args), **kw)
+
+        return call
+
+
+class DjangoFront(ModelFront):
+    """``Job.queue`` (``KeptJob.queue`` if ``kept``) on a Django database alias."""
+
+    def __init__(self, backend: str, alias: str, *, kept: bool = False) -> None:
+        from tests.django.testapp.models import Job, KeptJob
+
+        model = KeptJob if kept else Job
+        self.backend, self.alias, self.model, self.kept = backend, alias, model, kept
+        self.queue = model.queue.using(alias)
+        self.data_table = model._meta.db_table
+        self.meta_table = model.queue_meta_model._meta.db_table
 
     def _raw(self, statement: str) -> list[tuple[Any, ...]]:
         from django.db import connections
@@ -156,8 +219,16 @@ class DjangoFront(Front):
             cursor.execute(statement)
             return cursor.fetchall() if cursor.description else []
 
+    def interrupter(self) -> Callable[[], None]:
+        from django.db import connections
+
+        wrapper = connections[self.alias]  # this thread's connection
+        wrapper.ensure_connection()
+        return _stopper(wrapper.connection)
+
     def clone(self) -> DjangoFront:
-        return DjangoFront(self.backend, self.alias)  # Django connections are per thread
+        # Django connections are per thread.
+        return DjangoFront(self.backend, self.alias, kept=self.kept)
 
     def close(self) -> None:
         from django.db import connections
@@ -169,25 +240,168 @@ class DjangoFront(Front):
 
         return transaction.atomic(using=self.alias)
 
-    def pop_batch(self, n: int = 1, **kw: Any) -> list[Item]:
-        return [
-            Item(o.id, o.attempts, o.priority, {k: getattr(o, k) for k in PAYLOAD}, o)
-            for o in self.queue.pop_batch(n, **kw)
-        ]
+    def _call(self, name: str, /, *args: Any, **kw: Any) -> Any:
+        return getattr(self.queue, name)(*args, **kw)
 
-    def ack_pop(self, items: Any, n: int, **kw: Any) -> tuple[int, list[Item]]:
-        acked, objs = self.queue.ack_pop(_raw_items(items), n, **kw)
-        return acked, [
-            Item(o.id, o.attempts, o.priority, {k: getattr(o, k) for k in PAYLOAD}, o) for o in objs
-        ]
 
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self.queue, name)
+class SAFront(ModelFront):
+    """``Job.queue`` (tests.sqlalchemy.models; ``KeptJob.queue`` if ``kept``) on a ``Session``
+    over an ``Engine`` of its own.
 
-        def call(*args: Any, **kw: Any) -> Any:
-            return method(*(_raw_items(a) for a in args), **kw)
+    Outside :meth:`atomic` every operation is committed after the call, or rolled back if it
+    raises: what an application does (``with session.begin(): ...`` around each). Inside,
+    the operations run in the transaction ``atomic()`` began (a savepoint when one is open)
+    and nothing is committed per call. The tables are created by the ``front`` fixture.
+    """
 
-        return call
+    transactional_needs_atomic = False
+    #: An Engine and a Session here, an AsyncEngine and an AsyncSession in AsyncSAFront.
+    engine: Any
+    session: Any
+
+    def __init__(self, backend: str, url: str, *, kept: bool = False) -> None:
+        from tests.sqlalchemy.kept import KeptJob
+        from tests.sqlalchemy.models import Job
+
+        model = KeptJob if kept else Job
+        self.backend, self.url, self.kept = backend, url, kept
+        self.queue = model.queue
+        self.data_table, self.meta_table = model.__tablename__, model.__queue_meta__.name
+        self._depth = 0  # atomic() blocks open
+        self._open()
+
+    def _open(self) -> None:
+        self.engine = sa.create_engine(self.url, connect_args=_connect_args(self.backend))
+        self.session = Session(self.engine)
+
+    # What an asyncio front overrides: how a call's result is awaited (_await), which method
+    # of the queue an operation is (_method), how a sync function gets the session
+    # (_on_session) and how a transaction begins (_begin).
+    def _await(self, result: Any) -> Any:
+        return result
+
+    def _method(self, name: str) -> Callable[..., Any]:
+        return getattr(self.queue, name)  # type: ignore[no-any-return]
+
+    def _on_session(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(sync Session, *args)``, as a call whose result goes through :meth:`_await`."""
+        return fn(self.session, *args)
+
+    def _begin(self) -> Any:
+        session = self.session
+        return session.begin_nested() if session.in_transaction() else session.begin()
+
+    def _finish(self, make: Callable[[], Any]) -> Any:
+        """Run one operation: commit it outside ``atomic()``, roll it back if it raises."""
+        try:
+            result = self._await(make())
+        except BaseException:
+            if not self._depth:
+                self._await(self.session.rollback())
+            raise
+        if not self._depth:
+            self._await(self.session.commit())
+        return result
+
+    def _call(self, name: str, /, *args: Any, **kw: Any) -> Any:
+        return self._finish(lambda: self._method(name)(self.session, *args, **kw))
+
+    def _raw(self, statement: str) -> list[tuple[Any, ...]]:
+        return self._finish(lambda: self._on_session(_fetch, statement))  # type: ignore[no-any-return]
+
+    def interrupter(self) -> Callable[[], None]:
+        # The session keeps this connection until the next operation commits.
+        return self._await(self._on_session(_driver_stopper))  # type: ignore[no-any-return]
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[None]:
+        """The session's transaction (a savepoint if one is open), committed on exit."""
+        tx = self._await(self._begin())
+        self._depth += 1
+        try:
+            yield
+        except BaseException:
+            self._await(tx.rollback())
+            raise
+        else:
+            self._await(tx.commit())
+        finally:
+            self._depth -= 1
+
+    def clone(self) -> SAFront:
+        # Its own engine, so its own connections.
+        return type(self)(self.backend, self.url, kept=self.kept)
+
+    def close(self) -> None:
+        self._await(self.session.close())
+        self._await(self.engine.dispose())
+
+
+class AsyncSAFront(SAFront):
+    """``Job.queue``'s asyncio methods (``apush``, ``apop_batch``, ...) on an ``AsyncSession``.
+
+    The tests call the front synchronously: every call runs to completion on the front's own
+    event loop (an :class:`asyncio.Runner` kept for the front's lifetime), the only loop its
+    async engine is ever used on. A clone has its own loop and engine (one per thread).
+    """
+
+    def _open(self) -> None:
+        from tests.sqlalchemy.conftest import async_url
+
+        self.runner = asyncio.Runner()
+        self.engine = create_async_engine(
+            async_url(self.url), connect_args=_connect_args(self.backend)
+        )
+        self.session = AsyncSession(self.engine)
+
+    def _await(self, result: Any) -> Any:
+        return self.runner.run(result)
+
+    def _method(self, name: str) -> Callable[..., Any]:
+        return getattr(self.queue, f"a{name}")  # type: ignore[no-any-return]
+
+    def _on_session(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self.session.run_sync(fn, *args)
+
+    async def _abegin(self) -> Any:
+        session = self.session
+        tx = session.begin_nested() if session.in_transaction() else session.begin()
+        return await tx.start()
+
+    def _begin(self) -> Any:
+        return self._abegin()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.runner.close()
+
+
+def _connect_args(backend: str) -> dict[str, Any]:
+    # SQLite: the busy timeout the core's and Django's test connections use (sqlite3's default
+    # is 5 s, short for eight threads taking the write lock in turn on a loaded machine).
+    return {"timeout": 30} if backend == "sqlite" else {}
+
+
+def _fetch(session: Session, statement: str) -> list[tuple[Any, ...]]:
+    result = session.connection().exec_driver_sql(statement)
+    return [tuple(row) for row in result] if result.returns_rows else []
+
+
+def _driver_stopper(session: Session) -> Callable[[], None]:
+    driver: Any = session.connection().connection.driver_connection
+    # aiosqlite runs a sqlite3 connection in its own thread; interrupt() that one.
+    return _stopper(getattr(driver, "_conn", driver))
+
+
+def _stopper(conn: Any) -> Callable[[], None]:
+    """sqlite3's ``interrupt`` or psycopg's ``cancel`` (sync on AsyncConnection too)."""
+    return conn.interrupt if isinstance(conn, sqlite3.Connection) else conn.cancel
+
+
+def _model_item(obj: Any) -> Item:
+    return Item(obj.id, obj.attempts, obj.priority, {k: getattr(obj, k) for k in PAYLOAD}, obj)
 
 
 def _raw_items(arg: Any) -> Any:

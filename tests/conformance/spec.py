@@ -1,6 +1,8 @@
 """The conformance queue for the core fronts: the twin of ``tests.django.testapp.Job``
-(``tests/django/test_parity.py`` checks that the two agree)."""
+(``tests/django/test_parity.py`` checks that the two agree), and the options of its twin that
+keeps done items (``KeptJob``)."""
 
+from dataclasses import replace
 from datetime import timedelta
 
 from dbqueue.spec import Field, FieldKind, QueueOptions
@@ -17,3 +19,4 @@ JOB_FIELDS = (
     Field("small", FieldKind.SMALLINT, nullable=True, min_value=0),
 )
 JOB_OPTIONS = QueueOptions(max_attempts=3, lease=timedelta(seconds=30))
+KEPT_OPTIONS = replace(JOB_OPTIONS, keep_done=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 
 from dbqueue.errors import InvalidArgument, InvalidPayload, NotLeased, PayloadTooLarge
-from tests.conformance.fronts import CoreFront, DjangoFront, Front, Item
+from tests.conformance.fronts import Front, Item
 
 UTC = dt.UTC
 FIELD_LIST = "name, n, doc, at, amount, uid, blob, flag, small"
@@ -300,31 +299,19 @@ def test_rescue_refuses_a_bad_batch_size(stored: tuple[Front, Item, list[int]], 
 def test_rescue_refuses_a_negative_batch_size(stored: tuple[Front, Item, list[int]]) -> None:
     # Run in a thread with a deadline: with batch=-1, a loop that waits for a short batch
     # (len(rows) < -1) would never end. A hung call is stopped with sqlite3's interrupt() or
-    # psycopg's cancel(), both made to be called from another thread.
+    # psycopg's cancel(), both made to be called from another thread (Front.interrupter).
     front = stored[0]
-    raw: list[Any] = []
+    stop: list[Callable[[], None]] = []
     outcome: list[BaseException | object] = []
 
     def run() -> None:
         try:
-            if isinstance(front, DjangoFront):
-                from django.db import connections
-
-                wrapper = connections[front.alias]
-                wrapper.ensure_connection()
-                raw.append(wrapper.connection)
-                try:
-                    outcome.append(front.rescue(batch=-1))
-                finally:
-                    wrapper.close()
-            else:
-                assert isinstance(front, CoreFront)
-                other = front.clone()
-                raw.append(other.conn)
-                try:
-                    outcome.append(other.rescue(batch=-1))
-                finally:
-                    other.close()
+            other = front.clone()  # this thread's own connection
+            try:
+                stop.append(other.interrupter())
+                outcome.append(other.rescue(batch=-1))
+            finally:
+                other.close()
         except BaseException as exc:  # reported below
             outcome.append(exc)
 
@@ -336,7 +323,7 @@ def test_rescue_refuses_a_negative_batch_size(stored: tuple[Front, Item, list[in
         for _ in range(1000):  # stop a hung call
             if not thread.is_alive():
                 break
-            raw[0].interrupt() if isinstance(raw[0], sqlite3.Connection) else raw[0].cancel()
+            stop[0]()
             thread.join(timeout=0.01)
     assert not hung, "rescue(batch=-1) never returned"
     assert isinstance(outcome[0], InvalidArgument), repr(outcome[0])

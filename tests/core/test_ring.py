@@ -26,6 +26,7 @@ from dbqueue import (
     TransactionStateError,
     get_dialect,
 )
+from dbqueue.schema import RING_NEVER_ANALYZE
 from tests.core.ringbed import BACKENDS, FIELDS, RingBed, ring_bed
 
 
@@ -296,6 +297,24 @@ def test_a_capacity_the_table_does_not_have_is_a_clear_error(bed: RingBed) -> No
     smaller = resized(bed, 2)
     with pytest.raises(RingCapacityMismatch, match="it has 4 slots"):
         smaller.check(bed.ex)
+
+
+# -- storage (PostgreSQL) ----------------------------------------------------------------------
+
+
+def test_the_ring_is_analyzed_when_created_and_never_by_autovacuum(pg_bed: RingBed) -> None:
+    # Its statistics stay good (the row count never changes); an ANALYZE's snapshot would keep
+    # old slot versions from being pruned (see dbqueue.schema.RING_NEVER_ANALYZE).
+    (stats,) = pg_bed.raw(
+        "SELECT s.n_distinct FROM pg_stats s WHERE s.tablename = "
+        f"'{pg_bed.spec.table}' AND s.attname = 'slot'"
+    )
+    assert float(stats[0]) == -1.0  # every slot distinct: taken from the inserted rows
+    (options,) = pg_bed.raw(
+        f"SELECT reloptions FROM pg_class WHERE oid = '\"{pg_bed.spec.table}\"'::regclass"
+    )
+    assert {"autovacuum_analyze_scale_factor=0",
+            f"autovacuum_analyze_threshold={RING_NEVER_ANALYZE}"} <= set(options[0])  # fmt: skip
 
 
 # -- holes and strands (PostgreSQL: numbers are not transactional) ---------------------------

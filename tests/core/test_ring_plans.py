@@ -5,49 +5,16 @@ over every slot and made each pop cost O(capacity)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
-from dbqueue.executor import Executor, Row
+from tests.core.plans import ExplainingExecutor
 from tests.core.ringbed import RingBed, ring_bed
 
 pytestmark = pytest.mark.postgresql
 
 CAPACITY = 20_000
-
-
-class ExplainingExecutor:
-    """Runs every statement after recording the relations its plan scans sequentially."""
-
-    def __init__(self, inner: Executor) -> None:
-        self.inner = inner
-        self.dialect = inner.dialect
-        self.scans: list[tuple[str, str]] = []  # (relation, first line of the statement)
-
-    def execute(self, sql: str, params: Mapping[str, Any]) -> list[Row]:
-        if sql.lstrip().upper().startswith(("WITH", "SELECT", "UPDATE", "INSERT", "DELETE")):
-            plan = self.inner.execute("EXPLAIN (FORMAT JSON) " + sql, params)[0][0]
-            plan = json.loads(plan) if isinstance(plan, str) else plan
-            for relation in seq_scans(plan[0]["Plan"]):
-                self.scans.append((relation, sql.strip().splitlines()[0]))
-        return self.inner.execute(sql, params)
-
-    def in_transaction(self) -> bool:
-        return self.inner.in_transaction()
-
-    def atomic(self) -> AbstractContextManager[object]:
-        return self.inner.atomic()
-
-
-def seq_scans(node: dict[str, Any]) -> Iterator[str]:
-    if node.get("Node Type") == "Seq Scan":
-        yield node["Relation Name"]
-    for child in node.get("Plans", ()):
-        yield from seq_scans(child)
 
 
 @pytest.fixture

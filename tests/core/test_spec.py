@@ -26,6 +26,7 @@ from dbqueue.spec import (
     QueueOptions,
     QueueSpec,
     index_name,
+    options_from,
 )
 
 TEXT = Field("body", FieldKind.TEXT)
@@ -218,6 +219,42 @@ def test_default_options_are_valid() -> None:
     assert options.max_attempts >= 1 and options.lease > timedelta(0)
     assert isinstance(options.backoff, Backoff)
     assert options.aware_datetimes is True
+    assert options.keep_done is False
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", None], ids=["one", "zero", "str", "none"])
+def test_keep_done_must_be_a_bool(value: object) -> None:
+    # 1 or "yes" would select the done statements by truthiness; say so at declaration.
+    with pytest.raises(InvalidSpec) as err:
+        QueueOptions(keep_done=value)  # type: ignore[arg-type]
+    assert "keep_done must be True or False" in str(err.value) and repr(value) in str(err.value)
+
+
+def test_keep_done_is_refused_on_a_ring() -> None:
+    with pytest.raises(InvalidSpec, match="keep_done is an option of split queues only"):
+        QueueOptions(capacity=8, keep_done=True)
+    assert QueueOptions(capacity=8, keep_done=False).capacity == 8
+
+
+def _declared(values: dict[str, object], *, ring: bool) -> QueueOptions:
+    return options_from(
+        values, label="app.Model.QueueOptions", ring=ring, aware_datetimes=True, ring_hint="hint"
+    )
+
+
+def test_a_declaration_sets_keep_done_on_a_split_queue() -> None:
+    assert _declared({"keep_done": True}, ring=False).keep_done is True
+    with pytest.raises(InvalidSpec, match=r"^app\.Model\.QueueOptions: keep_done must be"):
+        _declared({"keep_done": "true"}, ring=False)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_ring_declaration_refuses_keep_done_naming_it(value: bool) -> None:
+    with pytest.raises(InvalidSpec) as err:
+        _declared({"capacity": 8, "keep_done": value}, ring=True)
+    message = str(err.value)
+    assert message.startswith("app.Model.QueueOptions: keep_done is an option of split queues")
+    assert "reuses its slots" in message
 
 
 # -- derived names and keys ---------------------------------------------------------------------

@@ -66,7 +66,8 @@ def all_parts(spec: QueueSpec, dialect: Any, layout: str = "split") -> Iterator[
 def test_every_dialect_defines_the_same_statements(layout: str) -> None:
     names = {d: set(load(d, layout)) for d in DIALECTS}
     # Except what needs writable CTEs, which the core composes from other statements.
-    assert names["postgresql"] - {f"{layout}_ack_pop"} == names["sqlite"]
+    ack_pops = {f"{layout}_ack_pop", f"{layout}_ack_pop_done"}
+    assert names["postgresql"] - ack_pops == names["sqlite"]
     assert len(names["postgresql"]) >= 12
     for name in names["postgresql"]:
         assert name.startswith(f"{layout}_")
@@ -76,10 +77,12 @@ def test_the_split_layout_has_every_operation_the_queue_runs() -> None:
     expected = {"split_push", "split_push_many", "split_pop_leased", "split_pop_remove",
                 "split_ack", "split_fail", "split_extend", "split_not_leased", "split_retry",
                 "split_rescue", "split_stats", "split_purge", "split_delete", "split_notify",
-                "split_set_priority"}  # fmt: skip
+                "split_set_priority",
+                # keep_done's replacements of split_ack, split_pop_remove (KEEP_DONE_OPERATIONS)
+                "split_ack_done", "split_pop_done"}  # fmt: skip
     # split_ack_pop needs writable CTEs (PostgreSQL); elsewhere the core runs ack + pop in one
     # transaction instead.
-    assert set(load("postgresql", "split")) == expected | {"split_ack_pop"}
+    assert set(load("postgresql", "split")) == expected | {"split_ack_pop", "split_ack_pop_done"}
     assert set(load("sqlite", "split")) == expected
 
 

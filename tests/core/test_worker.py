@@ -190,6 +190,22 @@ def test_several_queues_are_served_by_one_worker(
     assert seen == Counter(a=5, b=7)
 
 
+def test_a_keep_done_queue_keeps_what_the_worker_handled(
+    request: pytest.FixtureRequest, db: Setup, table_name: str
+) -> None:
+    options = QueueOptions(keep_done=True, max_attempts=1, backoff=NO_WAIT)
+    kept = make_setup(request, db.kind, table_name + "_k", options)
+    kept.push(30)
+
+    def handle(m: Message) -> None:
+        if m.payload["n"] == 7:
+            raise ValueError("seven")
+
+    # ack_pop (PostgreSQL) or ack then pop (SQLite) between batches: both mark done.
+    Worker([Consumer(kept.binding(), handle, batch_size=8)], burst=True).run(handle_signals=False)
+    assert kept.states() == Counter({State.DONE: 29, State.FAILED: 1})
+
+
 # -- failures -----------------------------------------------------------------------------------
 
 

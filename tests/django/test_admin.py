@@ -15,11 +15,12 @@ from dbqueue.message import State
 from dbqueue_django.admin import QueueModelAdmin, format_age, register_queue_models
 from dbqueue_django.models import QueueOverview
 from tests.django.admin_users import login_superuser, staff_with
-from tests.django.testapp.models import Job, Ping
+from tests.django.testapp.models import Job, KeptJob, Ping
 
 pytestmark = [pytest.mark.django, pytest.mark.postgresql, pytest.mark.django_db]
 
 CHANGELIST = "/admin/testapp/ping/"
+KEPT = "/admin/testapp/keptjob/"
 OVERVIEW = "/admin/dbqueue_django/queueoverview/"
 
 
@@ -40,9 +41,18 @@ def make_failed(message: str, error: str = "Traceback ...\nValueError: <b>bad</b
     raise AssertionError("the item never failed for good")
 
 
-def action(client: Client, name: str, ids: list[int], **extra: Any) -> Any:
+def make_done(*names: str) -> list[int]:
+    """KeptJobs handled and acked: kept as done items (its QueueOptions.keep_done)."""
+    ids = KeptJob.queue.push_many([{"name": name} for name in names])
+    assert KeptJob.queue.ack(KeptJob.queue.pop_batch(len(ids))) == ids
+    return ids
+
+
+def action(
+    client: Client, name: str, ids: list[int], *, url: str = CHANGELIST, **extra: Any
+) -> Any:
     data = {"action": name, "_selected_action": [str(i) for i in ids], "index": "0", **extra}
-    return client.post(CHANGELIST, data, follow=True)
+    return client.post(url, data, follow=True)
 
 
 # -- pages --------------------------------------------------------------------------------------
@@ -90,6 +100,35 @@ def test_the_state_filter(superuser: Client, state: str, expected: set[str]) -> 
     assert shown == expected
 
 
+def test_done_items_are_counted_filtered_and_listed(superuser: Client) -> None:
+    make_done("d1", "d2")
+    KeptJob.queue.push(name="r")
+    response = superuser.get(KEPT)
+    counts = {c.label: c for c in response.context["queue_counts"]}
+    assert (counts["done"].value, counts["done"].url) == (2, "?state=done")
+    assert counts["ready"].value == 1
+    response = superuser.get(KEPT, {"state": "done"})
+    shown = response.context["cl"].result_list
+    assert {obj.name for obj in shown} == {"d1", "d2"}
+    page = response.content.decode()
+    assert '<td class="field-state">done</td>' in page
+    assert "Finished at" in page and 'class="field-finished_at">-<' not in page
+    ready = superuser.get(KEPT, {"state": "ready"}).context["cl"].result_list
+    assert [obj.name for obj in ready] == ["r"]
+
+
+def test_a_done_item_is_read_only_and_not_retried(superuser: Client) -> None:
+    (done,) = make_done("d")
+    page = superuser.get(f"{KEPT}{done}/change/").content.decode()
+    assert 'name="_save"' not in page and 'name="name"' not in page
+    response = action(superuser, "retry_items", [done], url=KEPT)
+    assert "0 item(s) back to ready (1 not failed, left as they were)." in (
+        response.content.decode()
+    )
+    item = KeptJob.queue.items().get(pk=done)
+    assert (item.state, item.attempts) == (State.DONE, 1)  # type: ignore[attr-defined]
+
+
 def test_the_detail_page_shows_the_traceback_read_only(superuser: Client) -> None:
     item_id = make_failed("broken", "Traceback (most recent call last):\n  x\nKeyError: '<k>'")
     response = superuser.get(f"{CHANGELIST}{item_id}/change/")
@@ -115,6 +154,15 @@ def test_the_overview_lists_every_queue(superuser: Client) -> None:
     assert rows["Testapp / pings"]["url"] == CHANGELIST
     assert "Testapp / jobs" in rows
     assert f'href="{CHANGELIST}?state=failed">1<' in response.content.decode()
+
+
+def test_the_overview_links_the_done_items(superuser: Client) -> None:
+    make_done("d")
+    response = superuser.get(OVERVIEW)
+    rows = {row["label"]: row for row in response.context["rows"]}
+    assert rows["Testapp / kept jobs"]["stats"]["done"] == 1
+    assert rows["Testapp / pings"]["stats"]["done"] == 0
+    assert f'href="{KEPT}?state=done">1<' in response.content.decode()
 
 
 # -- actions ------------------------------------------------------------------------------------

@@ -155,6 +155,21 @@ def test_an_invalid_queue_option_value(isolated: Apps) -> None:
     assert "lease must be a timedelta" in only_error(isolated, Impatient).msg
 
 
+def test_keep_done_must_be_a_bool(isolated: Apps) -> None:
+    class Hoarder(QueueModel):
+        body = models.TextField()
+
+        class Meta:
+            app_label = "testapp"
+
+        class QueueOptions:
+            keep_done = "yes"
+
+    msg = only_error(isolated, Hoarder).msg
+    assert msg.startswith("testapp.Hoarder.QueueOptions: keep_done must be True or False")
+    assert "'yes'" in msg
+
+
 def test_each_bad_model_is_reported_once(isolated: Apps) -> None:
     class One(QueueModel):
         state = models.IntegerField()
@@ -239,5 +254,5 @@ def test_a_queue_model_routed_to_an_unsupported_database_is_e002() -> None:
     finally:
         del connections["legacy"]
     assert {e.id for e in errors} == {"dbqueue.E002"}
-    assert sorted(e.obj.__name__ for e in errors) == ["Job", "Ping", "Tick"]
+    assert sorted(e.obj.__name__ for e in errors) == ["Job", "KeptJob", "Ping", "Tick"]
     assert all("'legacy'" in e.msg and "router" in (e.hint or "") for e in errors)

@@ -20,7 +20,7 @@ from dbqueue.message import State
 from dbqueue_django.queue import DjangoQueue
 from dbqueue_django.spec import payload_fields
 from tests.django.factories import JobFactory, payload_of
-from tests.django.testapp.models import Job, Ping
+from tests.django.testapp.models import Job, KeptJob, Ping
 
 pytestmark = [
     pytest.mark.django,
@@ -274,6 +274,25 @@ def test_retry_accepts_instances_from_failed(queue: DjangoQueue[Job]) -> None:
     assert queue.retry(list(queue.failed())) == 1  # a list of instances
     assert queue.failed().count() == 0
     assert sorted(queue.items("ready").values_list("pk", flat=True)) == ids
+
+
+def test_a_keep_done_model_keeps_acked_items_as_done(alias: str) -> None:
+    kept = KeptJob.queue.using(alias)
+    assert kept.spec.options.keep_done is True and Job.queue.spec.options.keep_done is False
+    first, second, third = kept.push_many([{"name": n} for n in ("a", "b", "c")])
+    assert kept.ack(kept.pop_batch(1)) == [first]
+    assert [j.pk for j in kept.pop_batch(1, mode="at_most_once")] == [second]
+    done = kept.items("done").order_by("pk")
+    assert isinstance(done, models.QuerySet) and done.model is KeptJob
+    assert [(j.pk, j.name, j.state, j.attempts) for j in done] == [
+        (first, "a", State.DONE, 1), (second, "b", State.DONE, 1),
+    ]  # fmt: skip
+    assert all(j.lease_until is None and j.run_at <= timezone.now() for j in done)
+    assert kept.stats()["done"] == 2
+    assert kept.retry([first]) == 0  # done, not failed
+    assert kept.purge("done") == 2
+    assert list(kept.items().values_list("pk", flat=True)) == [third]
+    assert KeptJob.objects.using(alias).count() == 1
 
 
 def test_fail_with_an_exception_stores_its_type_and_message(

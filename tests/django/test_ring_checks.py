@@ -1,6 +1,6 @@
 """System checks of ring queue declarations: capacity required on a RingQueueModel and refused
-on a QueueModel, payload fields a ring cannot hold, and (``check --database``) a slot table
-whose size differs from the declared capacity."""
+on a QueueModel (keep_done the other way round), payload fields a ring cannot hold, and
+(``check --database``) a slot table whose size differs from the declared capacity."""
 
 from __future__ import annotations
 
@@ -69,6 +69,15 @@ def test_ring_options_are_refused_on_a_split_queue(
     split = declare(QueueModel, "Split", options, n=models.IntegerField())
     msg = only_error(isolated, split).msg
     assert named in msg and "RingQueueModel" in msg
+
+
+@pytest.mark.parametrize("keep_done", [True, False])
+def test_keep_done_is_refused_on_a_ring(isolated: Apps, keep_done: bool) -> None:
+    options = {"capacity": 8, "keep_done": keep_done}
+    ring = declare(RingQueueModel, "Keeper", options, n=models.IntegerField())
+    msg = only_error(isolated, ring).msg
+    assert msg.startswith("testapp.Keeper.QueueOptions: keep_done is an option of split queues")
+    assert "reuses its slots" in msg and "QueueModel" in msg
 
 
 @pytest.mark.parametrize(

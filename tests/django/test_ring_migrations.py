@@ -18,10 +18,11 @@ from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.state import ProjectState
 from django.db.migrations.writer import MigrationWriter
 
+from dbqueue.errors import RingNotEmpty
 from dbqueue.message import State
 from dbqueue.ring import RingQueue
 from dbqueue_django.executor import DjangoExecutor
-from dbqueue_django.slots import RingNotEmpty, RingSlots
+from dbqueue_django.slots import RingSlots
 from tests.django.test_ring_models import CAPACITY, TABLE, counters, query, slots
 from tests.django.testapp.models import Tick
 

@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.db import connections, models
 from django.test.utils import isolate_apps, override_settings
 
-from dbqueue.schema import RING_FILLFACTOR
+from dbqueue.schema import RING_FILLFACTOR, RING_NEVER_ANALYZE
 from dbqueue.spec import index_name
 from dbqueue_django.models import RingQueueModel
 from dbqueue_django.slots import RingSlots
@@ -205,6 +205,8 @@ def test_migrate_tunes_the_ring_table() -> None:
     assert set(options) == {
         f"fillfactor={RING_FILLFACTOR}", "autovacuum_vacuum_scale_factor=0",
         "autovacuum_vacuum_threshold=1000", "autovacuum_vacuum_cost_delay=0",
+        "autovacuum_analyze_scale_factor=0",
+        f"autovacuum_analyze_threshold={RING_NEVER_ANALYZE}",
     }  # fmt: skip
 
 

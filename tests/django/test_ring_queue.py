@@ -21,9 +21,8 @@ from dbqueue.errors import (
     TransactionStateError,
 )
 from dbqueue.message import State
-from dbqueue.ring import RingQueue
+from dbqueue.ring import EMPTY, LEASED, READY, RETRYING, RingQueue
 from dbqueue_django.models import RingQueueModel
-from dbqueue_django.ring_model import EMPTY, LEASED, READY, RETRYING
 from dbqueue_django.ring_queue import RingDjangoQueue
 from tests.django.testapp.models import Tick
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from django.db import connections
 
+from dbqueue.ring import RETRYING
 from dbqueue_django.handlers import Handler, autodiscover, handlers
-from dbqueue_django.ring_model import RETRYING
 from dbqueue_django.worker import build_worker
 from tests.django.testapp.models import Ping, Tick
 

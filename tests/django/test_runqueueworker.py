@@ -82,7 +82,7 @@ def test_queues_that_cannot_be_run_are_refused(label: str, message: str) -> None
 
 @override_settings(TASKS={})  # no Tasks backend either, so the task queue has no handler
 def test_no_handler_at_all_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(handlers_module, "_HANDLERS", {})
+    monkeypatch.setattr(handlers_module._REGISTRY, "_handlers", {})
     with pytest.raises(CommandError, match="no queue has a handler"):
         run("--burst")
 

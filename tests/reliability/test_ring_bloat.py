@@ -32,6 +32,7 @@ from dbqueue import (
 from dbqueue.drivers import executor_for
 from dbqueue.executor import Executor
 from dbqueue.schema import create_ring_statements, create_statements, drop_ring_statements
+from tests.conftest import scratch_database
 
 pytestmark = [
     pytest.mark.postgresql,
@@ -49,6 +50,10 @@ BATCH = 1_000
 MAX_RING_GROWTH = 0.05
 
 Queue = RingQueue | SplitQueue
+
+
+#: The application_name of the churn's producer and worker (not horizon holders to report).
+CHURN = "dbqueue-bloat-churn"
 
 
 def churn(queue: Queue, dsn: str, first: int, count: int) -> float:
@@ -75,7 +80,7 @@ def churn(queue: Queue, dsn: str, first: int, count: int) -> float:
 
     def run(work: Callable[[Executor], None]) -> None:
         try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
+            with psycopg.connect(dsn, autocommit=True, application_name=CHURN) as conn:
                 work(executor_for(DIALECT, conn))
         except BaseException as exc:  # raised in the test's thread below
             errors.append(exc)
@@ -110,6 +115,58 @@ def updates(conn: psycopg.Connection[Any], table: str) -> tuple[int, int]:
     return (0, 0) if row is None else (int(row[0]), int(row[1]))
 
 
+def horizon_holders(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    """Other sessions of this database that hold back the pruning horizon (an open
+    transaction with an xid or a snapshot): what keeps a slot's old versions from being
+    pruned besides the test's own producer and worker. Recorded with the figures, so that a
+    failure says whether another test left a transaction open."""
+    rows = conn.execute(
+        "SELECT pid, state, backend_xid::text, backend_xmin::text, "
+        "round(extract(epoch FROM now() - xact_start)), left(query, 80) "
+        "FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND application_name <> %s "
+        "AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL)",
+        (CHURN,),
+    ).fetchall()
+    # As text: the figures go through record_property, which xdist sends between processes
+    # (it cannot serialize a Decimal).
+    return [tuple(str(value) for value in row) for row in rows]
+
+
+@pytest.fixture(scope="module")
+def bloat_dsn() -> Iterator[str]:
+    """A database of its own: no other test's tables (autovacuum's ANALYZE of one holds a
+    snapshot) or forgotten sessions share it while the slots are measured."""
+    with scratch_database("dbqueue_bloat") as dsn:
+        yield dsn
+
+
+class HorizonWatch:
+    """Samples, every 0.2 s while measuring, the other sessions of the database that hold
+    back the pruning horizon (the test's producer and worker aside), so that a failure says
+    what kept old slot versions from being pruned."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.seen: dict[int, tuple[Any, ...]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="horizon-watch", daemon=True)
+
+    def _run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self._stop.wait(0.2):
+                for row in horizon_holders(conn):
+                    self.seen.setdefault(row[0], row)
+
+    def __enter__(self) -> HorizonWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 @contextmanager
 def layouts(pg_dsn: str, table: str) -> Iterator[psycopg.Connection[Any]]:
     """A connection, with a ring queue ``<table>_ring`` and a split queue ``<table>_split``
@@ -129,7 +186,7 @@ def layouts(pg_dsn: str, table: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 def test_a_million_messages_leave_the_ring_its_size_and_grow_the_split_layout(
-    pg_dsn: str, table_name: str, record_property: Callable[[str, object], None]
+    bloat_dsn: str, table_name: str, record_property: Callable[[str, object], None]
 ) -> None:
     """After one warm-up lap (every slot has held a message), 1,000,000 more messages go
     through a ring of 10,000 slots in batches of 1,000, pushed (push_many) from one connection
@@ -139,7 +196,7 @@ def test_a_million_messages_leave_the_ring_its_size_and_grow_the_split_layout(
     "more than the ring" is asserted, since how much depends on when autovacuum runs, if it
     runs at all)."""
     figures: dict[str, object] = {}
-    with layouts(pg_dsn, table_name) as conn:
+    with layouts(bloat_dsn, table_name) as conn:
         setting = conn.execute("SHOW autovacuum").fetchone()
         figures["autovacuum"] = None if setting is None else setting[0]
         # A producer may run ahead of the worker: let it wait for free slots, never fail.
@@ -150,13 +207,15 @@ def test_a_million_messages_leave_the_ring_its_size_and_grow_the_split_layout(
             ("ring", ring, [ring.spec.table]),
             ("split", split, [split.spec.table, split.spec.meta_table]),
         ):
-            churn(queue, pg_dsn, 0, CAPACITY)  # the warm-up lap
+            churn(queue, bloat_dsn, 0, CAPACITY)  # the warm-up lap
             before = total_size(conn, *tables)
             upd_before, hot_before = updates(conn, tables[-1])
-            seconds = churn(queue, pg_dsn, CAPACITY, MESSAGES)
+            with HorizonWatch(bloat_dsn) as watch:
+                seconds = churn(queue, bloat_dsn, CAPACITY, MESSAGES)
             after = total_size(conn, *tables)
             upd_after, hot_after = updates(conn, tables[-1])
             figures |= {
+                f"{name}_horizon_holders": list(watch.seen.values()),
                 f"{name}_bytes_before": before,
                 f"{name}_bytes_after": after,
                 f"{name}_growth": round(after / before - 1, 4),

@@ -35,11 +35,12 @@ WITH d AS (
 SELECT id FROM d ORDER BY id;
 
 -- _picked --
--- A fragment of both pops: the due items in delivery order, locked, skipping rows other
+-- A fragment of every pop: the due items in delivery order, locked, skipping rows other
 -- poppers hold. LIMIT ... FOR UPDATE SKIP LOCKED sits in its own CTE: inside IN (...) the
--- planner may run the subquery again and lock more rows than asked for.
+-- planner may run the subquery again and lock more rows than asked for. run_at is the due
+-- time split_pop_done returns and orders by (it overwrites the column with the finish time).
 picked AS (
-    SELECT id FROM {meta}
+    SELECT id, run_at FROM {meta}
     WHERE state = 0 AND run_at <= statement_timestamp()
     ORDER BY priority DESC, run_at, id
     LIMIT %(n)s
@@ -79,6 +80,22 @@ SELECT m.id, m.attempts + 1, m.priority, m.run_at, NULL::timestamptz, d.enqueued
 FROM m JOIN d ON d.id = m.id
 ORDER BY m.priority DESC, m.run_at, m.id;
 
+-- split_pop_done --
+-- split_pop_remove for a queue with keep_done: the picked rows are marked done (state 2) in
+-- the same statement, their attempt counted, their data rows kept for the archive job. As for
+-- a failed row, run_at records when the item left the queue; the message carries its due time.
+WITH {_picked}, m AS (
+    UPDATE {meta} AS m
+    SET state = 2, attempts = m.attempts + 1, run_at = statement_timestamp(),
+        lease_until = NULL
+    FROM picked
+    WHERE m.id = picked.id
+    RETURNING m.id, m.attempts, m.priority, picked.run_at
+)
+SELECT m.id, m.attempts, m.priority, m.run_at, NULL::timestamptz, d.enqueued_at, d.last_error{d_payload}
+FROM m JOIN {data} AS d ON d.id = m.id
+ORDER BY m.priority DESC, m.run_at, m.id;
+
 -- _held_tokens --
 -- A fragment of ack and fail (a block named with a leading underscore): the rows of `tok`
 -- still leased under their token (id, attempts), so a worker whose lease expired cannot ack
@@ -94,11 +111,15 @@ mine AS (
     WHERE NOT %(strict)s OR (SELECT count(*) FROM mine) = %(count)s
 )
 
--- _acked --
--- A fragment of ack and ack_pop: the rows of the tokens still held, deleted from both tables.
+-- _ack_held --
+-- A fragment of every ack: the tokens (id, attempts) and the rows still held under them.
 tok AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
-), {_held_tokens}, acked AS (
+), {_held_tokens}
+
+-- _acked --
+-- A fragment of ack and ack_pop: the rows of the tokens still held, deleted from both tables.
+{_ack_held}, acked AS (
     DELETE FROM {meta} AS m USING allowed
     WHERE m.id = allowed.id
     RETURNING m.id
@@ -107,22 +128,45 @@ tok AS (
     WHERE d.id = acked.id
 )
 
--- split_ack --
-WITH {_acked}
-SELECT id FROM acked;
+-- _acked_done --
+-- _acked for a queue with keep_done: the rows of the tokens still held, marked done (state 2)
+-- with run_at = when they finished; their data rows and attempts stay for the archive job.
+{_ack_held}, acked AS (
+    UPDATE {meta} AS m
+    SET state = 2, run_at = statement_timestamp(), lease_until = NULL
+    FROM allowed
+    WHERE m.id = allowed.id
+    RETURNING m.id
+)
 
--- split_ack_pop --
--- A worker's loop in one statement, one commit: ack the batch just handled (what is still
--- leased under its token) and lease the next. The ack's rows are leased (state 1), the pick
--- reads ready rows (state 0): the two never touch the same row. The first row carries the
--- number acked; with nothing to pop it is the only row, its other columns NULL.
-WITH {_acked}, {_picked}, {_leased}, popped AS (
+-- _ack_then_lease --
+-- The rest of ack_pop after its ack (`acked`): lease the next batch. The ack's rows are leased
+-- (state 1), the pick reads ready rows (state 0): the two never touch the same row. The first
+-- row carries the number acked; with nothing to pop it is the only row, its other columns NULL.
+{_picked}, {_leased}, popped AS (
     SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at, d.last_error{d_payload}
     FROM m JOIN {data} AS d ON d.id = m.id
 )
 SELECT (SELECT count(*) FROM acked), popped.*
 FROM (SELECT 1) AS one LEFT JOIN popped ON true
-ORDER BY popped.priority DESC, popped.run_at, popped.id;
+ORDER BY popped.priority DESC, popped.run_at, popped.id
+
+-- split_ack --
+WITH {_acked}
+SELECT id FROM acked;
+
+-- split_ack_done --
+WITH {_acked_done}
+SELECT id FROM acked;
+
+-- split_ack_pop --
+-- A worker's loop in one statement, one commit: ack the batch just handled (what is still
+-- leased under its token) and lease the next.
+WITH {_acked}, {_ack_then_lease};
+
+-- split_ack_pop_done --
+-- split_ack_pop for a queue with keep_done.
+WITH {_acked_done}, {_ack_then_lease};
 
 -- split_fail --
 -- Back to ready after the back-off delay computed by the caller, or failed (state 3) once

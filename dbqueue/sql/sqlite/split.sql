@@ -22,33 +22,44 @@ INSERT INTO {meta} (id, state, priority, run_at, attempts)
 VALUES (last_insert_rowid(), 0, :priority, :run_at, 0)
 RETURNING id;
 
+-- _picked --
+-- A fragment of every pop: the due items in delivery order (SQLite has one writer: nothing to
+-- skip).
+SELECT id FROM {meta}
+WHERE state = 0 AND run_at <= :now
+ORDER BY priority DESC, run_at, id
+LIMIT :n
+
 -- split_pop_leased --
 -- Correlated subqueries in RETURNING read the payload by primary key in the same statement
 -- (RETURNING cannot see a table alias, hence the table's own name in them).
 UPDATE {meta}
 SET state = 1, attempts = attempts + 1, lease_until = :lease_until
-WHERE id IN (
-    SELECT id FROM {meta}
-    WHERE state = 0 AND run_at <= :now
-    ORDER BY priority DESC, run_at, id
-    LIMIT :n
-)
+WHERE id IN ({_picked})
 RETURNING id, attempts, priority, run_at, lease_until,
           (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id),
           (SELECT d.last_error FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
 
 -- split_pop_remove --
 DELETE FROM {meta}
-WHERE id IN (
-    SELECT id FROM {meta}
-    WHERE state = 0 AND run_at <= :now
-    ORDER BY priority DESC, run_at, id
-    LIMIT :n
-)
+WHERE id IN ({_picked})
 RETURNING id, attempts + 1, priority, run_at, NULL,
           (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id),
           (SELECT d.last_error FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
 DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- split_pop_done --
+-- split_pop_remove for a queue with keep_done: the picked rows are marked done, their attempt
+-- counted, their data rows kept. RETURNING reports the updated row, so run_at (the due time
+-- the message carries and is ordered by) is overwritten with the finish time by a second
+-- statement of the block.
+UPDATE {meta}
+SET state = 2, attempts = attempts + 1, lease_until = NULL
+WHERE id IN ({_picked})
+RETURNING id, attempts, priority, run_at, NULL,
+          (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id),
+          (SELECT d.last_error FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
+UPDATE {meta} SET run_at = :now WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- _held_tokens --
 -- A fragment of ack and fail: the rows of `tok` still leased under their token; `allowed` is
@@ -60,15 +71,28 @@ mine AS (
     SELECT id FROM mine WHERE NOT :strict OR (SELECT count(*) FROM mine) = :count
 )
 
--- split_ack --
-WITH tok AS (
+-- _ack_held --
+-- A fragment of every ack: the tokens (id, attempts) and the rows still held under them.
+tok AS (
     SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS attempts
     FROM json_each(:tokens)
 ), {_held_tokens}
+
+-- split_ack --
+WITH {_ack_held}
 DELETE FROM {meta}
 WHERE id IN (SELECT id FROM allowed)
 RETURNING id;
 DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- split_ack_done --
+-- split_ack for a queue with keep_done: marked done (state 2), run_at = when it finished; the
+-- data row and attempts stay for the archive job.
+WITH {_ack_held}
+UPDATE {meta}
+SET state = 2, run_at = :now, lease_until = NULL
+WHERE id IN (SELECT id FROM allowed)
+RETURNING id;
 
 -- split_fail --
 WITH tok AS (

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import logging
-import sys
 from typing import Any
 
-from django.apps import apps
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from dbqueue.commandline import log_to_stderr, positive_int
 from dbqueue.errors import DBQueueError
 from dbqueue_django.handlers import Handler, autodiscover, handlers
-from dbqueue_django.models import is_queue_model
+from dbqueue_django.management.labels import queue_model
 from dbqueue_django.worker import build_worker
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-
-def _positive(value: str) -> int:
-    import argparse
-
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
 
 
 class Command(BaseCommand):
@@ -39,11 +25,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("queues", nargs="*", metavar="app_label.Model")
         parser.add_argument(
-            "--concurrency", type=_positive, default=1, help="worker threads (default 1)"
+            "--concurrency", type=positive_int, default=1, help="worker threads (default 1)"
         )
         parser.add_argument(
             "--batch-size",
-            type=_positive,
+            type=positive_int,
             default=None,
             help="items per pop (default: each handler's batch_size, 100 unless set)",
         )
@@ -51,7 +37,7 @@ class Command(BaseCommand):
             "--burst", action="store_true", help="exit once no item is due (cron, tests)"
         )
         parser.add_argument(
-            "--max-messages", type=_positive, default=None, help="exit after this many items"
+            "--max-messages", type=positive_int, default=None, help="exit after this many items"
         )
         parser.add_argument(
             "--database", default=None, help="database alias (default: the router's choice)"
@@ -65,7 +51,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *labels: str, **options: Any) -> None:
-        self._configure_logging(options["log_level"])
+        log_to_stderr(options["log_level"])
         autodiscover()
         selected = self._select(options["queues"])
         worker = build_worker(
@@ -80,10 +66,7 @@ class Command(BaseCommand):
             stats = worker.run()
         except DBQueueError as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write(
-            f"{stats.handled} handled, {stats.failed} failed, {stats.batches} batches in "
-            f"{stats.seconds:.1f} s"
-        )
+        self.stdout.write(stats.summary())
 
     def _select(self, labels: list[str]) -> list[Handler]:
         registered = handlers()
@@ -97,16 +80,7 @@ class Command(BaseCommand):
             return sorted(registered.values(), key=lambda h: h.model._meta.label)
         selected = []
         for label in dict.fromkeys(labels):
-            try:
-                model = apps.get_model(label)
-            except (LookupError, ValueError):
-                raise CommandError(
-                    f"{label!r} is not an installed model (app_label.Model)"
-                ) from None
-            if not is_queue_model(model):
-                raise CommandError(
-                    f"{label!r} is not a queue model (a QueueModel or RingQueueModel subclass)"
-                )
+            model = queue_model(label)
             found = registered.get(model)
             if found is None:
                 raise CommandError(
@@ -115,14 +89,3 @@ class Command(BaseCommand):
                 )
             selected.append(found)
         return selected
-
-    def _configure_logging(self, level: str) -> None:
-        logger = logging.getLogger("dbqueue")
-        logger.setLevel(level)
-        if not any(getattr(h, "_dbqueue_command", False) for h in logger.handlers):
-            stream = logging.StreamHandler(sys.stderr)
-            stream.setFormatter(
-                logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(message)s")
-            )
-            stream._dbqueue_command = True  # type: ignore[attr-defined]
-            logger.addHandler(stream)

@@ -1,5 +1,5 @@
-"""Queue models for the tests: one with a field of every supported kind, one minimal, and a
-ring queue."""
+"""Queue models for the tests: one with a field of every supported kind (and its twin that
+keeps done items), one minimal, and a ring queue."""
 
 from datetime import timedelta
 
@@ -9,8 +9,9 @@ from dbqueue import Backoff
 from dbqueue_django.models import QueueModel, RingQueueModel
 
 
-class Job(QueueModel):
-    """The conformance suite's queue (its core twin is tests/conformance/spec.py)."""
+class JobFields(QueueModel):
+    """The conformance suite's payload: a field of every supported kind (its core twin is
+    JOB_FIELDS in tests/conformance/spec.py)."""
 
     name = models.CharField(max_length=50)
     n = models.IntegerField(default=0)
@@ -22,9 +23,26 @@ class Job(QueueModel):
     flag = models.BooleanField(default=False)
     small = models.PositiveSmallIntegerField(null=True)
 
+    class Meta:
+        abstract = True
+
+
+class Job(JobFields):
+    """The conformance suite's queue (its core twin is tests/conformance/spec.py)."""
+
     class QueueOptions:
         max_attempts = 3
         lease = timedelta(seconds=30)
+
+
+class KeptJob(JobFields):
+    """Job's twin that keeps its processed items as done (the conformance suite's keep_done
+    queue; its core twin is KEPT_OPTIONS in tests/conformance/spec.py)."""
+
+    class QueueOptions:
+        max_attempts = 3
+        lease = timedelta(seconds=30)
+        keep_done = True
 
 
 class Ping(QueueModel):

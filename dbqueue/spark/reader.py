@@ -1,0 +1,174 @@
+"""Reading a queue's rows: ``spark.read.format("dbqueue")`` (batch) and the stream's batches.
+
+A batch read splits the ids of the items in the chosen states into ranges of about equal
+width, one Spark partition each, read in parallel by the executors through a server-side
+cursor and handed to Spark as Arrow record batches. Partitions are read in their own
+transactions, so a read of a busy queue is not one snapshot: an item that changes state
+between two partitions' reads is seen by one of them or by neither (fine for the analyses the
+read is for: failures, latency, volumes; the archive job relies on no more than that either).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import types as T
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from dbqueue.errors import InvalidArgument
+from dbqueue.message import State
+from dbqueue.ring import ITEM_STATES
+from dbqueue.spark.catalog import FoundQueue, run, statements
+from dbqueue.spark.connection import connect
+from dbqueue.spark.types import arrow_type
+
+#: The rows a cursor fetches and a record batch holds.
+FETCH = 10_000
+#: Rows per partition when numPartitions is not given, and the most partitions then.
+ROWS_PER_PARTITION = 100_000
+MAX_PARTITIONS = 64
+#: The state a failed-table row is read with (it has no state column).
+_FAILED = -1
+SPLIT_STATES = {s.name.lower(): int(s) for s in State}
+RING_STATES = {**ITEM_STATES, "failed": _FAILED}
+
+
+def state_names(ring: bool) -> dict[int, str]:
+    """The ``state`` text a read returns for each state number of the layout."""
+    return {v: k for k, v in (RING_STATES if ring else SPLIT_STATES).items()}
+
+
+def parse_states(text: str | None, ring: bool) -> list[str]:
+    """The states named by a ``state`` option (a comma list; every state when absent)."""
+    known = RING_STATES if ring else SPLIT_STATES
+    if not text:
+        return list(known)
+    names = [s.strip().lower() for s in text.split(",") if s.strip()]
+    unknown = [s for s in names if s not in known]
+    if unknown or not names:
+        layout = "a ring" if ring else "a split"
+        raise InvalidArgument(
+            f"dbqueue: option state {text!r}: {layout} queue's states are {', '.join(known)}"
+        )
+    return names
+
+
+def parse_time(text: str | None, option: str) -> dt.datetime | None:
+    """An aware datetime from an ISO-8601 option value, or None when absent."""
+    if not text:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgument(
+            f"dbqueue: option {option} {text!r} is not an ISO-8601 time"
+        ) from None
+    if value.utcoffset() is None:
+        raise InvalidArgument(
+            f"dbqueue: option {option} {text!r} has no time zone (e.g. 2026-11-01T00:00:00+00:00)"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class IdRange(InputPartition):
+    """One partition of a batch read: ids in [lo, hi) of one source table."""
+
+    source: str  # "split", "ring" (the slots) or "failed" (a ring's failed table)
+    lo: int
+    hi: int
+
+
+def to_batch(
+    rows: Sequence[Sequence[Any]], schema: T.StructType, names: dict[int, str]
+) -> pa.RecordBatch:
+    """Rows of a read statement (the meta columns, then the payload) as an Arrow batch of the
+    read schema; the state number becomes its name."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.fields]
+    arrays = []
+    for i, (field, values) in enumerate(zip(schema.fields, columns, strict=True)):
+        if i == 1:
+            values = tuple(names[int(v)] for v in values)
+        arrays.append(pa.array(values, type=arrow_type(field.dataType)))
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(
+        [pa.field(f.name, arrow_type(f.dataType), f.nullable) for f in schema.fields]
+    ))  # fmt: skip
+
+
+class QueueReader(DataSourceReader):
+    """A batch read of one queue's items in some states (pickled to every executor)."""
+
+    def __init__(
+        self,
+        info: str,
+        queue: FoundQueue,
+        schema: T.StructType,
+        states: list[str],
+        before: dt.datetime | None,
+        partitions: int | None,
+    ) -> None:
+        if before is not None and not set(states) <= {"done", "failed"}:
+            raise InvalidArgument(
+                "dbqueue: option finishedBefore applies to finished items only: "
+                "use it with state done and/or failed"
+            )
+        self.info = info
+        self.queue = queue
+        self.schema = schema
+        self.before = before
+        known = RING_STATES if queue.ring else SPLIT_STATES
+        self.numbers = [known[s] for s in states]
+        self.requested = partitions
+
+    def partitions(self) -> Sequence[IdRange]:
+        """Id ranges of about equal width over the items to read (driver)."""
+        stmts = statements(self.queue.spec)
+        sources: list[tuple[str, list[int]]] = []
+        slot_states = [n for n in self.numbers if n != _FAILED]
+        if self.queue.ring:
+            if slot_states:
+                sources.append(("ring", slot_states))
+            if _FAILED in self.numbers:
+                sources.append(("failed", []))
+        else:
+            sources.append(("split", self.numbers))
+        out: list[IdRange] = []
+        with connect(self.info) as conn:
+            for source, numbers in sources:
+                params = {"states": numbers, "before": self.before}
+                lo, hi, count = run(conn, stmts[f"spark_bounds_{source}"], params)[0]
+                if not count:
+                    continue
+                parts = self.requested or min(MAX_PARTITIONS, math.ceil(count / ROWS_PER_PARTITION))
+                width = max(1, math.ceil((hi + 1 - lo) / parts))
+                out.extend(
+                    IdRange(source, a, min(a + width, hi + 1)) for a in range(lo, hi + 1, width)
+                )
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The items of one id range, in id order (executor)."""
+        assert isinstance(partition, IdRange)
+        stmt = statements(self.queue.spec)[f"spark_read_{partition.source}"]
+        names = state_names(self.queue.ring)
+        params = {
+            "lo": partition.lo,
+            "hi": partition.hi,
+            "states": [n for n in self.numbers if n != _FAILED],
+            "before": self.before,
+            "capacity": self.queue.spec.options.capacity,
+        }
+        with (
+            connect(self.info) as conn,
+            conn.transaction(),
+            conn.cursor(name="dbqueue_spark_read") as cur,
+        ):
+            cur.itersize = FETCH
+            cur.execute(stmt.parts[0], params)
+            while rows := cur.fetchmany(FETCH):
+                yield to_batch(rows, self.schema, names)

@@ -1,0 +1,137 @@
+-- The statements of the Spark data source (dbqueue.spark), for split and ring queues.
+-- Placeholders in braces are identifiers from a validated QueueSpec, quoted by the dialect;
+-- {read_d}, {read_t}, {read_f} list the payload columns as Spark reads them (JSON and uuid as
+-- text), {stage} is the queue's stage table (<table>_stage).
+
+-- spark_tables --
+-- Which of the given table names exist (on the search path).
+SELECT name FROM unnest(%(names)s::text[]) AS name
+WHERE to_regclass(quote_ident(name)) IS NOT NULL;
+
+-- spark_columns --
+-- A table's columns in order: name, type as PostgreSQL spells it, NOT NULL.
+SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
+FROM pg_attribute AS a
+WHERE a.attrelid = to_regclass(quote_ident(%(table)s)) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum;
+
+-- spark_capacity --
+-- A ring's capacity: its slot count (slots are numbered 0 .. capacity - 1).
+SELECT coalesce(max(slot) + 1, 0) FROM {ring};
+
+-- spark_id_sequence --
+-- The sequence behind the data table's identity column, which a publish draws ids from.
+SELECT pg_get_serial_sequence(%(table)s, 'id');
+
+-- spark_stage_expire --
+-- Stage rows of writes whose driver died before it published or aborted them.
+DELETE FROM {stage} WHERE staged_at < statement_timestamp() - %(keep)s::interval;
+
+-- spark_stage_open --
+-- A task, first in its staging transaction: wait while the driver is closing the write, then
+-- say whether it was closed (a task that lost the race to an abort, or a late speculative
+-- attempt, must not leave rows behind).
+SELECT pg_advisory_xact_lock_shared(hashtextextended(%(write_id)s, 0)),
+       EXISTS (SELECT 1 FROM {stage} WHERE write_id = %(write_id)s AND part = -1);
+
+-- spark_stage_close --
+-- The driver, before it publishes or aborts: wait for the tasks staging now, and mark the
+-- write closed (a row with part -1, deleted with the stage's expired rows).
+WITH locked AS (
+    SELECT pg_advisory_xact_lock(hashtextextended(%(write_id)s, 0))
+)
+INSERT INTO {stage} (write_id, part, attempt, ord)
+SELECT %(write_id)s, -1, -1, -1 FROM locked;
+
+-- spark_stage_abort --
+DELETE FROM {stage} WHERE write_id = %(write_id)s AND part >= 0;
+
+-- _staged --
+-- A fragment (a condition on the stage): the rows staged by the task attempts that succeeded
+-- (a failed attempt may have committed rows of its own before it failed: never published).
+write_id = %(write_id)s
+  AND (part, attempt) IN (SELECT * FROM unnest(%(parts)s::integer[], %(attempts)s::integer[]))
+
+-- spark_publish_split --
+-- Publish a whole write into a split queue in ONE statement: ids drawn in staging order
+-- (partition, then row), data and meta rows inserted, the write's stage rows deleted (those of
+-- failed attempts too). Rows without a priority or run_at column get 0 and now.
+WITH s AS MATERIALIZED (
+    SELECT nextval(%(id_seq)s::regclass) AS id, st.*
+    FROM (SELECT * FROM {stage} WHERE {_staged} ORDER BY part, ord) AS st
+), d AS (
+    INSERT INTO {data} (id{columns}, enqueued_at)
+    SELECT s.id{s_columns}, statement_timestamp() FROM s ORDER BY s.id
+), m AS (
+    INSERT INTO {meta} (id, state, priority, run_at, attempts)
+    SELECT s.id, 0, coalesce(s.priority, 0), coalesce(s.run_at, statement_timestamp()), 0
+    FROM s ORDER BY s.id
+), gone AS (
+    DELETE FROM {stage} WHERE write_id = %(write_id)s AND part >= 0
+)
+SELECT count(*), min(id), max(id) FROM s;
+
+-- spark_take_staged --
+-- A ring publish's next chunk: up to n staged rows in staging order, taken out of the stage
+-- in the transaction that pushes them into the ring.
+WITH taken AS (
+    DELETE FROM {stage}
+    WHERE ctid IN (SELECT ctid FROM {stage} WHERE {_staged} ORDER BY part, ord LIMIT %(n)s)
+    RETURNING part, ord{columns}
+)
+SELECT * FROM taken ORDER BY part, ord;
+
+-- spark_bounds_split --
+-- The id range and count of a split queue's items in the given states (finished before a
+-- time, when given: run_at of done and failed items is when they finished).
+SELECT min(id), max(id), count(*) FROM {meta}
+WHERE state = ANY(%(states)s::smallint[])
+  AND (%(before)s::timestamptz IS NULL OR run_at < %(before)s::timestamptz);
+
+-- spark_read_split --
+SELECT m.id, m.state, m.priority, m.attempts, d.enqueued_at, m.run_at, m.lease_until,
+       d.last_error{read_d}
+FROM {meta} AS m JOIN {data} AS d ON d.id = m.id
+WHERE m.id >= %(lo)s AND m.id < %(hi)s AND m.state = ANY(%(states)s::smallint[])
+  AND (%(before)s::timestamptz IS NULL OR m.run_at < %(before)s::timestamptz)
+ORDER BY m.id;
+
+-- spark_bounds_ring --
+SELECT min(seq), max(seq), count(*) FROM {ring} WHERE state = ANY(%(states)s::smallint[]);
+
+-- spark_read_ring --
+-- A ring's messages by number (seq); a message waiting for a retry is due at lease_until.
+SELECT t.seq, t.state, 0, t.attempts, t.pushed_at,
+       CASE WHEN t.state = 3 THEN t.lease_until ELSE t.pushed_at END, t.lease_until,
+       t.last_error{read_t}
+FROM {ring} AS t
+WHERE t.seq >= %(lo)s AND t.seq < %(hi)s AND t.state = ANY(%(states)s::smallint[])
+ORDER BY t.seq;
+
+-- spark_bounds_failed --
+SELECT min(id), max(id), count(*) FROM {failed}
+WHERE %(before)s::timestamptz IS NULL OR failed_at < %(before)s::timestamptz;
+
+-- spark_read_failed --
+SELECT f.id, -1, 0, f.attempts, f.pushed_at, f.failed_at, NULL::timestamptz,
+       f.last_error{read_f}
+FROM {failed} AS f
+WHERE f.id >= %(lo)s AND f.id < %(hi)s
+  AND (%(before)s::timestamptz IS NULL OR f.failed_at < %(before)s::timestamptz)
+ORDER BY f.id;
+
+-- spark_items_split --
+-- A stream batch's items by id, whatever their state now (a replayed batch reads the same).
+SELECT m.id, m.state, m.priority, m.attempts, d.enqueued_at, m.run_at, m.lease_until,
+       d.last_error{read_d}
+FROM unnest(%(ids)b::bigint[]) AS k(id)
+JOIN {meta} AS m ON m.id = k.id
+JOIN {data} AS d ON d.id = k.id
+ORDER BY m.id;
+
+-- spark_items_ring --
+SELECT t.seq, t.state, 0, t.attempts, t.pushed_at, t.pushed_at, t.lease_until,
+       t.last_error{read_t}
+FROM unnest(%(ids)b::bigint[]) AS k(id)
+JOIN {ring} AS t ON t.slot = mod(k.id, %(capacity)s::bigint) AND t.seq = k.id
+ORDER BY t.seq;

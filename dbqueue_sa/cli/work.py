@@ -1,0 +1,114 @@
+"""``dbqueue worker``: run the handlers the application's modules register."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from dbqueue.commandline import positive_int
+from dbqueue_sa.cli.common import (
+    EXIT_OK,
+    CommandError,
+    Subcommand,
+    import_modules,
+    url_of,
+)
+from dbqueue_sa.handlers import Handler, handlers
+from dbqueue_sa.mixins import queue_classes
+from dbqueue_sa.worker import build_worker
+
+
+def _worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "modules",
+        nargs="+",
+        metavar="MODULE",
+        help="modules to import: they define the queue classes and their @handler functions",
+    )
+    parser.add_argument(
+        "--queue",
+        action="append",
+        metavar="TABLE",
+        help="run only this queue, by table name (repeat for more; default: every queue with "
+        "a handler)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="worker threads (default 1)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="items per pop (default: each handler's batch_size, 100 unless set)",
+    )
+    parser.add_argument(
+        "--burst", action="store_true", help="exit once no item is due (cron jobs, tests)"
+    )
+    parser.add_argument(
+        "--max-messages",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="exit after this many items",
+    )
+
+
+def _select(tables: Sequence[str] | None) -> list[Handler]:
+    registered = sorted(handlers().values(), key=lambda h: h.model.__queue_spec__.table)
+    if not registered:
+        raise CommandError(
+            "the modules register no handler: decorate a function with "
+            "@dbqueue_sa.handler(YourQueueClass) in one of them"
+        )
+    if not tables:
+        return registered
+    by_table = {h.model.__queue_spec__.table: h for h in registered}
+    classes = {cls.__queue_spec__.table: cls for cls in queue_classes()}
+    selected = []
+    for table in dict.fromkeys(tables):
+        if table in by_table:
+            selected.append(by_table[table])
+        elif table in classes:
+            raise CommandError(
+                f"queue {table!r} has no handler: decorate a function with "
+                f"@dbqueue_sa.handler({classes[table].__name__})"
+            )
+        else:
+            raise CommandError(
+                f"unknown queue {table!r}: the modules declare no queue class with that table "
+                f"(queues with a handler: {', '.join(by_table)})"
+            )
+    return selected
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    url = url_of(args)
+    import_modules(args.modules, args.verbosity)
+    worker = build_worker(
+        _select(args.queue),
+        url=url,
+        concurrency=args.concurrency,
+        batch_size=args.batch_size,
+        burst=args.burst,
+        max_messages=args.max_messages,
+    )
+    # Signals: the first SIGTERM or SIGINT finishes the batches in hand, a second exits now.
+    stats = worker.run()
+    print(stats.summary())
+    return EXIT_OK
+
+
+SUBCOMMAND = Subcommand(
+    "worker",
+    "process queue items with their @handler functions",
+    "Import the MODULEs, then run the handlers they register until stopped. SIGTERM or "
+    "Ctrl-C finishes the batches in hand and exits 0; a second one exits at once (leases "
+    "bring the unfinished items back).",
+    _worker_arguments,
+    _run_worker,
+)

@@ -1,0 +1,283 @@
+"""The queues in a database, for the CLI's ``stats``, ``retry`` and ``purge``: declared by
+mapped classes, or found by looking at the tables when no class is at hand; and working
+through many of a queue's items in batches (:func:`in_batches`).
+
+A table ``T`` is a split queue when ``T_meta`` exists beside it with the meta columns, and a
+ring queue when it has the slot columns and ``T_failed`` exists beside it; whatever else is in
+the database is left alone. A found queue's spec is built from its reflected columns with
+:func:`dbqueue_sa.spec.to_field`, and a ring's capacity is its number of slots. The payload
+kinds are best effort (what a reflected type says is how a value is stored, not how the
+application declared it), which is enough for the operations here: none of them encodes or
+decodes a payload.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from dbqueue.errors import InvalidSpec
+from dbqueue.executor import Executor
+from dbqueue.message import State
+from dbqueue.ring import EMPTY, LEASED, READY, RingQueue
+from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
+from dbqueue.split import SplitQueue
+from dbqueue.worker_queue import AnyQueue
+from dbqueue_sa.executor import SAExecutor
+from dbqueue_sa.mixins import RingQueueMixin
+from dbqueue_sa.queue import SAQueue
+from dbqueue_sa.spec import (
+    FAILED_BASE_COLUMNS,
+    RING_BASE_COLUMNS,
+    SPLIT_BASE_COLUMNS,
+    to_field,
+)
+from dbqueue_sa.tables import core_dialect
+
+log = logging.getLogger("dbqueue.cli")
+
+#: The columns of a split queue's meta table.
+META_COLUMNS = frozenset({"id", "state", "priority", "run_at", "attempts", "lease_until"})
+
+
+@dataclass(frozen=True, slots=True)
+class Ids:
+    """Where the ids of some of a queue's items are: a column, and which rows."""
+
+    column: sa.Column[Any]
+    where: sa.ColumnElement[bool]
+
+
+@dataclass(frozen=True, slots=True)
+class FoundQueue:
+    """A queue in the database: its spec, and the tables its items are listed from (split:
+    the meta table; ring: the slot table and the failed table)."""
+
+    spec: QueueSpec
+    items: sa.Table
+    failed: sa.Table | None = None
+    #: The mapped class, for a declared queue.
+    model: type[Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.table
+
+    @property
+    def ring(self) -> bool:
+        return self.failed is not None
+
+    @property
+    def layout(self) -> str:
+        return "ring" if self.ring else "split"
+
+    def core(self, connection: sa.Connection) -> AnyQueue:
+        """The core queue (the class's own for a declared queue)."""
+        if self.model is not None:
+            queue: SAQueue[Any] = self.model.queue
+            return queue.core(connection)
+        layout = RingQueue if self.ring else SplitQueue
+        return layout(self.spec, core_dialect(connection.dialect.name))
+
+    def in_state(self, state: State | None) -> list[Ids]:
+        """Where the ids of the items in ``state`` (None: every item) are, as the core's
+        ``purge`` counts them: a ring's ready and leased items are its full and leased slots
+        (numbered by ``seq``), its failed items the failed table's rows; it has no done ones."""
+        if self.failed is None:
+            column = self.items.c.id
+            where = sa.true() if state is None else self.items.c.state == int(state)
+            return [Ids(column, where)]
+        seq, slot_state = self.items.c.seq, self.items.c.state
+        failed = Ids(self.failed.c.id, sa.true())
+        slots = {State.READY: READY, State.LEASED: LEASED}
+        if state is None:
+            return [Ids(seq, slot_state != EMPTY), failed]
+        if state is State.FAILED:
+            return [failed]
+        if state in slots:
+            return [Ids(seq, slot_state == slots[state])]
+        return []
+
+    def failed_items(self) -> Ids:
+        """Where the ids of the failed items are (what ``retry`` takes)."""
+        (ids,) = self.in_state(State.FAILED)
+        return ids
+
+
+def declared(classes: Iterable[type[Any]]) -> list[FoundQueue]:
+    """The queues of mapped queue classes, by table name."""
+    found = []
+    for cls in classes:
+        if issubclass(cls, RingQueueMixin):
+            slots = sa.inspect(cls).local_table
+            found.append(FoundQueue(cls.__queue_spec__, slots, cls.__queue_failed__, cls))
+        else:
+            found.append(FoundQueue(cls.__queue_spec__, cls.__queue_meta__, model=cls))
+    return sorted(found, key=lambda q: q.name)
+
+
+def discover(connection: sa.Connection) -> list[FoundQueue]:
+    """The queues in the connection's default schema, by table name. Runs in the
+    connection's transaction, or in one of its own that it ends (so the caller can begin
+    the next)."""
+    if connection.in_transaction():
+        return _discover(connection)
+    with connection.begin():
+        return _discover(connection)
+
+
+def _discover(connection: sa.Connection) -> list[FoundQueue]:
+    inspector = sa.inspect(connection)
+    names = set(inspector.get_table_names())
+    split = {t for t in names if f"{t}_meta" in names}
+    ring = {t for t in names if f"{t}_failed" in names}
+    wanted = split | ring | {f"{t}_meta" for t in split} | {f"{t}_failed" for t in ring}
+    if not wanted:
+        return []
+    # One catalog query for every candidate table, rather than one per table.
+    reflected = inspector.get_multi_columns(filter_names=sorted(wanted))
+    columns = {name: cols for (_, name), cols in reflected.items()}
+    metadata = sa.MetaData()
+    found = []
+    for table in sorted(split | ring):
+        try:
+            meta, failed = f"{table}_meta", f"{table}_failed"
+            if (
+                table in split
+                and _has(columns, table, SPLIT_BASE_COLUMNS)
+                and _has(columns, meta, META_COLUMNS)
+            ):
+                found.append(_split(metadata, columns, table))
+            elif (
+                table in ring
+                and _has(columns, table, RING_BASE_COLUMNS)
+                and _has(columns, failed, FAILED_BASE_COLUMNS)
+            ):
+                found.append(_ring(connection, metadata, columns, table))
+        except InvalidSpec as exc:
+            # Not a name or a column set a queue could have: not one of ours.
+            log.debug("table %s is not a queue: %s", table, exc)
+    return found
+
+
+def _has(columns: dict[str, Any], table: str, wanted: frozenset[str]) -> bool:
+    return wanted <= {c["name"] for c in columns.get(table, ())}
+
+
+def _table(metadata: sa.MetaData, name: str, columns: Sequence[dict[str, Any]]) -> sa.Table:
+    # Name, type and nullability only: a reflected server default (a split table's identity,
+    # a slot's "DEFAULT 0") is the layout's, not a payload default a push would apply.
+    return sa.Table(
+        name,
+        metadata,
+        *(sa.Column(c["name"], c["type"], nullable=c["nullable"]) for c in columns),
+    )
+
+
+def _fields(table: sa.Table, base: frozenset[str]) -> tuple[Field, ...]:
+    fields = []
+    for column in table.columns:
+        if column.name in base:
+            continue
+        if isinstance(column.type, sa.DateTime) and not column.type.timezone:
+            # SQLite has no zoned timestamp type (the queue's own code makes every datetime
+            # aware there), and a PostgreSQL "timestamp" payload is stored as written: the
+            # zone only matters to a push, which nothing here does.
+            column = sa.Column(column.name, sa.DateTime(timezone=True), nullable=column.nullable)
+        try:
+            fields.append(to_field(column, table.name))
+        except InvalidSpec:
+            # A type no queue declares (a table created by hand, say): stored as text as far
+            # as stats, retry and purge are concerned.
+            fields.append(Field(column.name, FieldKind.TEXT, nullable=True))
+    return tuple(fields)
+
+
+def _split(metadata: sa.MetaData, columns: dict[str, Any], table: str) -> FoundQueue:
+    data = _table(metadata, table, columns[table])
+    meta = _table(metadata, f"{table}_meta", columns[f"{table}_meta"])
+    spec = QueueSpec(table, _fields(data, SPLIT_BASE_COLUMNS))
+    return FoundQueue(spec, meta)
+
+
+def _ring(
+    connection: sa.Connection, metadata: sa.MetaData, columns: dict[str, Any], table: str
+) -> FoundQueue:
+    slots = _table(metadata, table, columns[table])
+    failed = _table(metadata, f"{table}_failed", columns[f"{table}_failed"])
+    capacity = connection.execute(sa.select(sa.func.count()).select_from(slots)).scalar_one()
+    if not capacity:
+        raise InvalidSpec(f"ring table {table!r} has no slots")
+    # The failed table's payload columns keep the declared nullability (the slots' are all
+    # nullable: an empty slot holds no message).
+    fields = _fields(failed, FAILED_BASE_COLUMNS)
+    spec = QueueSpec(table, fields, QueueOptions(capacity=capacity))
+    return FoundQueue(spec, slots, failed)
+
+
+# -- many items, in batches -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Items to work through: where their ids are, how many there were and the highest id
+    when counted (items arriving later are left alone, so the work ends)."""
+
+    ids: Ids
+    total: int
+    top: int | None
+
+
+def count_items(connection: sa.Connection, sources: Sequence[Ids]) -> list[Span]:
+    """The items of ``sources`` as they are now (in a transaction of their own)."""
+    spans = []
+    with connection.begin():
+        for ids in sources:
+            query = sa.select(sa.func.count(), sa.func.max(ids.column)).where(ids.where)
+            total, top = connection.execute(query).one()
+            spans.append(Span(ids, int(total), top))
+    return spans
+
+
+def in_batches(
+    connection: sa.Connection,
+    spans: Sequence[Span],
+    action: Callable[[Executor, list[int]], int],
+    progress: Callable[[int], object],
+    size: int,
+) -> int:
+    """Run ``action`` (a core operation by ids: ``retry``, ``delete``) on the ids of
+    ``spans``, ``size`` at a time, each batch in a transaction of its own, so no lock is held
+    for long; call ``progress`` with each batch's result and return their sum."""
+    changed = 0
+    for span in spans:
+        column, last = span.ids.column, None
+        while span.top is not None:
+            query = (
+                sa.select(column)
+                .where(span.ids.where, column <= span.top)
+                .order_by(column)
+                .limit(size)
+                # PostgreSQL: rows a worker holds are skipped, and the rows taken cannot change
+                # state before the action runs (a ready item purged while a worker pops it).
+                .with_for_update(skip_locked=True)
+            )
+            if last is not None:
+                query = query.where(column > last)
+            with connection.begin():
+                ex = SAExecutor(connection)
+                # SQLite has no row locks: atomic() takes its write lock before the ids are
+                # read, to the same end.
+                with ex.atomic():
+                    ids = list(connection.execute(query).scalars())
+                    n = action(ex, ids) if ids else 0
+            if not ids:
+                break
+            last = ids[-1]
+            changed += n
+            progress(n)
+    return changed

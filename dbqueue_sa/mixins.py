@@ -1,0 +1,222 @@
+"""``QueueMixin`` and ``RingQueueMixin``: a queue declared as a mapped class.
+
+::
+
+    class OrderConfirmation(QueueMixin, Base):
+        __tablename__ = "order_confirmation"
+        __queue_options__ = {"max_attempts": 5}
+        order_id: Mapped[int]
+        email: Mapped[str] = mapped_column(String(254))
+
+When the class is mapped, the mixin validates the declaration into a core
+:class:`~dbqueue.spec.QueueSpec` (a bad one raises :class:`~dbqueue.errors.InvalidSpec` at the
+class statement) and adds the layout's other tables to the class's ``MetaData``, so
+``metadata.create_all()`` and Alembic's autogenerate see everything. ``Model.queue`` is the
+queue API (:class:`dbqueue_sa.queue.SAQueue`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.orm import Mapped, Mapper, mapped_column
+
+from dbqueue.errors import InvalidSpec
+from dbqueue.spec import QueueSpec
+from dbqueue_sa.spec import (
+    RING_BASE_COLUMNS,
+    RING_BASE_KINDS,
+    SPLIT_BASE_COLUMNS,
+    SPLIT_BASE_KINDS,
+    build_spec,
+    check_base_columns,
+    check_ring_columns,
+    check_table,
+    payload_columns,
+    to_field,
+)
+from dbqueue_sa.tables import dialect_types, failed_table, meta_table, now, ring_events
+
+if TYPE_CHECKING:
+    from dbqueue_sa.queue import SAQueue
+    from dbqueue_sa.ring_queue import RingSAQueue
+
+#: Every concrete queue class, by its table name (the CLI's and Alembic's registry).
+QUEUE_CLASSES: dict[tuple[int, str], type[Any]] = {}
+
+
+class QueueDescriptor:
+    """``Model.queue``: the queue API of the class it is read from (one per class)."""
+
+    def __get__[M](self, instance: object, owner: type[M]) -> SAQueue[M]:
+        queue = owner.__dict__.get("_dbqueue_queue")
+        if queue is None:
+            raise TypeError(f"{owner.__name__} is not a mapped queue class")
+        return queue  # type: ignore[no-any-return]
+
+
+class RingQueueDescriptor(QueueDescriptor):
+    """``Model.queue`` of a ring class, typed as the ring's API (``check()``)."""
+
+    def __get__[M](self, instance: object, owner: type[M]) -> RingSAQueue[M]:
+        return super().__get__(instance, owner)  # type: ignore[return-value]
+
+
+class _QueueBase:
+    """What both mixins share: the options, the spec, ``queue``."""
+
+    #: Queue options (see :class:`dbqueue.QueueOptions`): ``max_attempts``, ``lease``,
+    #: ``backoff``, ``notify_interval``..., for a split queue ``keep_done``, and for a ring
+    #: ``capacity`` (required), ``push_timeout``, ``hole_timeout``, ``stranded_after``.
+    __queue_options__: ClassVar[dict[str, Any]] = {}
+    #: The validated core spec, set when the class is mapped.
+    __queue_spec__: ClassVar[QueueSpec]
+    queue: ClassVar[QueueDescriptor] = QueueDescriptor()
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        # Refused before the declarative base maps the subclass: single-table inheritance
+        # would first add the subclass's columns to the parent's table, behind its queue.
+        if not cls.__dict__.get("__abstract__", False):
+            parent = next((b for b in cls.__mro__[1:] if "_dbqueue_queue" in b.__dict__), None)
+            if parent is not None:
+                raise _inherited(cls, parent)
+        super().__init_subclass__(**kw)
+
+
+class QueueMixin(_QueueBase):
+    """A split queue: the class's table holds the payload, a generated ``<table>_meta``
+    table the delivery state (see docs/explanation/design.md)."""
+
+    id: Mapped[int] = mapped_column(
+        sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+        sa.Identity(),
+        primary_key=True,
+        sort_order=-3,
+    )
+    enqueued_at: Mapped[dt.datetime] = mapped_column(
+        sa.DateTime(timezone=True), server_default=now(), sort_order=-2
+    )
+    last_error: Mapped[str | None] = mapped_column(sa.Text(), sort_order=-1)
+
+    #: The generated meta table (``<table>_meta``), set when the class is mapped.
+    __queue_meta__: ClassVar[sa.Table]
+
+    if TYPE_CHECKING:
+        # What a popped instance carries from the meta table (plain attributes, set by
+        # SAQueue; declared for type checkers only, so declarative maps nothing of them).
+        attempts: int
+        priority: int
+        run_at: dt.datetime
+        lease_until: dt.datetime | None
+
+
+class RingQueueMixin(_QueueBase):
+    """A ring queue: a table of ``capacity`` preallocated slots rewritten in place, and a
+    generated ``<table>_failed`` table (see docs/explanation/design.md, "the ring")."""
+
+    slot: Mapped[int] = mapped_column(
+        sa.Integer(), primary_key=True, autoincrement=False, sort_order=-7
+    )
+    seq: Mapped[int] = mapped_column(sa.BigInteger(), sort_order=-6)
+    state: Mapped[int] = mapped_column(
+        sa.SmallInteger(), server_default=sa.text("0"), sort_order=-5
+    )
+    attempts: Mapped[int] = mapped_column(
+        sa.SmallInteger(), server_default=sa.text("0"), sort_order=-4
+    )
+    pushed_at: Mapped[dt.datetime | None] = mapped_column(sa.DateTime(timezone=True), sort_order=-3)
+    lease_until: Mapped[dt.datetime | None] = mapped_column(
+        sa.DateTime(timezone=True), sort_order=-2
+    )
+    last_error: Mapped[str | None] = mapped_column(sa.Text(), sort_order=-1)
+
+    #: The generated failed table (``<table>_failed``), set when the class is mapped.
+    __queue_failed__: ClassVar[sa.Table]
+    queue: ClassVar[RingQueueDescriptor] = RingQueueDescriptor()
+
+    @property
+    def id(self) -> int:
+        """The message's number (a popped message's token is ``(id, attempts)``)."""
+        return self.seq
+
+
+def _inherited(cls: type[Any], parent: type[Any]) -> InvalidSpec:
+    return InvalidSpec(
+        f"{cls.__name__}: a queue class cannot inherit the mapped class {parent.__name__} "
+        f"(single- or joined-table inheritance: its queue would neither know the subclass's "
+        f"columns nor fill them); share columns through an abstract base class "
+        f"(__abstract__ = True) or a plain mixin, with one mapped class per queue table"
+    )
+
+
+def _setup_split(cls: type[Any], table: sa.Table) -> None:
+    label = cls.__name__
+    check_base_columns(table, SPLIT_BASE_KINDS, "id", label)
+    fields = [to_field(c, label) for c in payload_columns(table, SPLIT_BASE_COLUMNS)]
+    spec = build_spec(cls, table, fields, ring=False)
+    table.dialect_options["sqlite"]["autoincrement"] = True  # ids are never reused
+    dialect_types(table)
+    cls.__queue_spec__ = spec
+    cls.__queue_meta__ = meta_table(spec, table)
+    from dbqueue_sa.queue import SAQueue
+
+    cls._dbqueue_queue = SAQueue(cls)
+
+
+def _setup_ring(cls: type[Any], table: sa.Table) -> None:
+    label = cls.__name__
+    check_base_columns(table, RING_BASE_KINDS, "slot", label)
+    check_ring_columns(table, label)
+    payload = payload_columns(table, RING_BASE_COLUMNS)
+    fields = [to_field(c, label) for c in payload]
+    spec = build_spec(cls, table, fields, ring=True)
+    dialect_types(table)  # before the failed table copies the payload columns' types
+    cls.__queue_spec__ = spec
+    cls.__queue_failed__ = failed_table(spec, table, payload)
+    for column in payload:
+        # An empty slot holds no message: the core validates every push against the declared
+        # nullability (the failed table's), the slot table accepts NULL.
+        column.nullable = True
+    ring_events(spec, table)
+    from dbqueue_sa.ring_queue import RingSAQueue
+
+    cls._dbqueue_queue = RingSAQueue(cls)
+
+
+def _instrument(mapper: Mapper[Any], cls: type[Any]) -> None:
+    if "_dbqueue_queue" in cls.__dict__:
+        return
+    if mapper.inherits is not None:
+        # A queue class under a mapped parent (a subclass of a queue class is refused before
+        # it is mapped, in _QueueBase.__init_subclass__, unless its base maps it otherwise).
+        raise _inherited(cls, mapper.inherits.class_)
+    if issubclass(cls, QueueMixin) and issubclass(cls, RingQueueMixin):
+        raise InvalidSpec(
+            f"{cls.__name__}: a queue class is either a QueueMixin or a RingQueueMixin, not both"
+        )
+    table = mapper.local_table
+    assert isinstance(table, sa.Table)
+    check_table(table, cls.__name__)
+    if issubclass(cls, RingQueueMixin):
+        _setup_ring(cls, table)
+    else:
+        _setup_split(cls, table)
+    QUEUE_CLASSES[(id(table.metadata), table.name)] = cls
+
+
+# Mapper events on the unmapped mixins reach every mapped subclass, whichever declarative
+# style maps it (DeclarativeBase, declarative_base(), registry.mapped).
+for _mixin in (QueueMixin, RingQueueMixin):
+    event.listen(_mixin, "instrument_class", _instrument, propagate=True)
+
+
+def queue_classes(metadata: sa.MetaData | None = None) -> list[type[Any]]:
+    """The mapped queue classes (of one ``MetaData``, or all), in declaration order."""
+    return [
+        cls
+        for (meta_id, _), cls in QUEUE_CLASSES.items()
+        if metadata is None or meta_id == id(metadata)
+    ]

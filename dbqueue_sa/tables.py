@@ -1,0 +1,238 @@
+"""The tables a queue class adds to its ``MetaData``, column for column what
+``dbqueue.schema`` and the Django migrations create (``tests/sqlalchemy/test_parity.py``):
+
+- split: the meta table ``<table>_meta`` with its two partial indexes; after ``create_all``
+  the PostgreSQL storage parameters (``dbqueue.schema.tuning_statements``).
+- ring: the failed table ``<table>_failed``; after the slot table is created, its counters,
+  storage parameters and preallocated slots (``dbqueue.schema.ring_slot_statements``), and
+  after it is dropped, its counters.
+
+Every queue table's columns get the variants that make ``create_all`` write the core's
+column types (:func:`dialect_types`: jsonb, text for an unbounded String, double precision;
+on SQLite decimal, real, JSON as text, aware timestamps in UTC), so the columns store and
+return what the core writes and reads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect as SADialect
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+
+from dbqueue.dialects import Dialect, get_dialect
+from dbqueue.errors import UnsupportedDatabase
+from dbqueue.schema import drop_ring_counter_statements, ring_slot_statements, tuning_statements
+from dbqueue.spec import QueueSpec
+
+#: SQLAlchemy dialect names and the core dialects they run.
+DIALECTS = {"postgresql": "postgresql", "sqlite": "sqlite"}
+
+
+def core_dialect(name: str) -> Dialect:
+    """The core dialect for a SQLAlchemy dialect name, or UnsupportedDatabase."""
+    core = DIALECTS.get(name)
+    if core is None:
+        raise UnsupportedDatabase(
+            f"dbqueue supports {', '.join(sorted(DIALECTS))}; this engine is {name!r}"
+        )
+    return get_dialect(core)
+
+
+class now(FunctionElement[Any]):  # noqa: N801 - a SQL function, spelled like func.now
+    """The database's current time as a column default: what Django's ``Now()`` writes
+    (``statement_timestamp()`` on PostgreSQL, a text timestamp on SQLite)."""
+
+    type = sa.DateTime(timezone=True)
+    inherit_cache = True
+
+
+@compiles(now, "postgresql")
+def _now_postgresql(element: now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "statement_timestamp()"
+
+
+@compiles(now, "sqlite")
+def _now_sqlite(element: now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "(STRFTIME('%Y-%m-%d %H:%M:%f', 'NOW'))"
+
+
+@compiles(now)
+def _now_default(element: now, compiler: SQLCompiler, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP"
+
+
+class SQLiteJSON(sa.JSON):
+    """JSON in a column declared ``TEXT`` on SQLite, as the core's DDL and Django declare it.
+
+    SQLite gives a column declared ``JSON`` NUMERIC affinity, which turns the text of a JSON
+    number into a number as it is stored (``5`` into an integer, ``1.0`` into 1, ``2**70`` into
+    a float): the queue's codec, which decodes JSON text, then fails on the popped row, and
+    the values lose their type.
+    """
+
+
+@compiles(SQLiteJSON, "sqlite")
+def _json_sqlite(element: SQLiteJSON, compiler: Any, **kw: Any) -> str:
+    return "TEXT"
+
+
+class UTCDateTime(sa.types.TypeDecorator[dt.datetime]):
+    """An aware DateTime on SQLite, which has no time zone type: stored as UTC text, as the
+    core writes it, and read back in UTC. SQLAlchemy's own SQLite DateTime stores an aware
+    value's wall-clock time without its offset and reads every value back naive."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: SADialect) -> Any:
+        if value is not None and value.utcoffset() is not None:
+            return value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value
+
+    def process_result_value(self, value: Any, dialect: SADialect) -> dt.datetime | None:
+        if isinstance(value, dt.datetime) and value.tzinfo is None:
+            return value.replace(tzinfo=dt.UTC)
+        return value  # type: ignore[no-any-return]
+
+
+class SQLiteDecimal(sa.Numeric):  # type: ignore[type-arg]
+    """Numeric declared ``decimal`` on SQLite, as the core's DDL and Django declare it
+    (SQLAlchemy's ``NUMERIC(p, s)`` has the same affinity: the spelling is what differs, and
+    schema comparisons, Alembic's autogenerate among them, compare spellings)."""
+
+
+class SQLiteReal(sa.Float):  # type: ignore[type-arg]
+    """Float declared ``real`` on SQLite, as the core's DDL and Django declare it (not
+    ``FLOAT`` or ``DOUBLE``: the same REAL affinity)."""
+
+
+#: What each of the above is declared as on SQLite. (A Boolean stays ``BOOLEAN``, not the
+#: core's ``bool``: the same NUMERIC affinity, and SQLAlchemy reflects ``bool`` as BOOLEAN, so
+#: Alembic's autogenerate would report a ``bool`` column as changed at every run.)
+_SQLITE_SPELLINGS = {SQLiteDecimal: "decimal", SQLiteReal: "real"}
+
+
+@compiles(SQLiteDecimal, "sqlite")
+@compiles(SQLiteReal, "sqlite")
+def _core_spelling_sqlite(element: sa.types.TypeEngine[Any], compiler: Any, **kw: Any) -> str:
+    return _SQLITE_SPELLINGS[type(element)]
+
+
+def _variants(typ: Any) -> dict[str, sa.types.TypeEngine[Any]]:
+    """Dialect name -> the type a column of type ``typ`` gets there, so that create_all writes
+    the core's DDL (``dbqueue.dialects.*.column_type``) with SQLAlchemy's own processing."""
+    if isinstance(typ, sa.JSON):
+        return {
+            "sqlite": SQLiteJSON(none_as_null=typ.none_as_null),
+            "postgresql": postgresql.JSONB(none_as_null=typ.none_as_null),
+        }
+    if isinstance(typ, sa.DateTime) and typ.timezone:
+        return {"sqlite": UTCDateTime()}
+    if isinstance(typ, sa.Float):
+        # adapt() copies the declared arguments (precision, asdecimal, ...) to the variant.
+        return {"sqlite": typ.adapt(SQLiteReal), "postgresql": typ.adapt(sa.Double)}
+    if isinstance(typ, sa.Numeric):
+        return {"sqlite": typ.adapt(SQLiteDecimal)}
+    if isinstance(typ, sa.String) and typ.length is None and not isinstance(typ, sa.Text):
+        # The core's 'text': a String() is 'VARCHAR' ('character varying' on PostgreSQL).
+        return {name: sa.Text(collation=typ.collation) for name in DIALECTS}
+    return {}
+
+
+def dialect_types(table: sa.Table) -> None:
+    """Give the table's columns the variants that make ``create_all`` write the core's column
+    types (see :func:`_variants`; :class:`SQLiteJSON` and :class:`UTCDateTime` also store and
+    read what the core writes), unless a column names its own variant for a dialect."""
+    for column in table.columns:
+        typ: Any = column.type
+        for dialect, variant in _variants(typ).items():
+            try:
+                typ = typ.with_variant(variant, dialect)
+            except ArgumentError:
+                continue  # the declaration has a variant of its own for this dialect: keep it
+        column.type = typ
+
+
+def timestamp(*, nullable: bool, default: bool = False) -> sa.Column[Any]:
+    """An aware timestamp column (``server_default`` the database's time when ``default``)."""
+    return sa.Column(
+        sa.DateTime(timezone=True), nullable=nullable, server_default=now() if default else None
+    )
+
+
+def small(default: int | None) -> sa.Column[Any]:
+    """A NOT NULL smallint column, with a database default when given."""
+    server = sa.text(str(default)) if default is not None else None
+    return sa.Column(sa.SmallInteger(), nullable=False, server_default=server)
+
+
+def meta_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
+    """The split layout's meta table on ``data``'s MetaData, created after ``data``."""
+    columns: dict[str, sa.Column[Any]] = {
+        "id": sa.Column(sa.BigInteger(), primary_key=True, autoincrement=False),
+        "state": small(0),
+        "priority": small(0),
+        "run_at": timestamp(nullable=False, default=True),
+        "attempts": small(0),
+        "lease_until": timestamp(nullable=True),
+    }
+    for name, column in columns.items():
+        column.name = column.key = name
+    meta = sa.Table(spec.meta_table, data.metadata, *columns.values())
+    c = meta.c
+    sa.Index(
+        spec.index_name("ready"), c.priority.desc(), c.run_at, c.id,
+        postgresql_where=c.state == 0, sqlite_where=c.state == 0,
+    )  # fmt: skip
+    sa.Index(
+        spec.index_name("leased"), c.lease_until,
+        postgresql_where=c.state == 1, sqlite_where=c.state == 1,
+    )  # fmt: skip
+    dialect_types(meta)
+    # The tuning statements alter both tables: create the meta table last.
+    meta.add_is_dependent_on(data)
+    sa.event.listen(meta, "after_create", _run(lambda d: tuning_statements(spec, d)))
+    return meta
+
+
+def failed_table(spec: QueueSpec, ring: sa.Table, payload: list[sa.Column[Any]]) -> sa.Table:
+    """The ring layout's failed table, with copies of the declared ``payload`` columns."""
+    base: dict[str, sa.Column[Any]] = {
+        "id": sa.Column(sa.BigInteger(), primary_key=True, autoincrement=False),
+        "attempts": sa.Column(sa.SmallInteger(), nullable=False),
+        "pushed_at": timestamp(nullable=True),
+        "failed_at": timestamp(nullable=False),
+        "last_error": sa.Column(sa.Text(), nullable=True),
+    }
+    for name, column in base.items():
+        column.name = column.key = name
+    copies = [sa.Column(c.name, c.type, nullable=c.nullable) for c in payload]
+    failed = sa.Table(spec.failed_table, ring.metadata, *base.values(), *copies)
+    dialect_types(failed)
+    return failed
+
+
+def ring_events(spec: QueueSpec, ring: sa.Table) -> None:
+    """Counters, storage parameters and slots after the slot table is created; the counters
+    dropped with it."""
+    sa.event.listen(ring, "after_create", _run(lambda d: ring_slot_statements(spec, d)))
+    sa.event.listen(ring, "after_drop", _run(lambda d: drop_ring_counter_statements(spec, d)))
+
+
+def _run(statements: Any) -> Any:
+    """A DDL event listener running ``statements(core dialect)`` on the connection."""
+
+    def listener(target: sa.Table, connection: sa.Connection, **kw: Any) -> None:
+        for statement in statements(core_dialect(connection.dialect.name)):
+            # Rendered from the validated spec only; no values to bind. exec_driver_sql with
+            # no parameters, so psycopg leaves the statement's text as it is.
+            connection.exec_driver_sql(statement)
+
+    return listener

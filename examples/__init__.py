@@ -1,0 +1,1 @@
+"""Example applications that use dbqueue (each has a README)."""
