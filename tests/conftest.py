@@ -15,6 +15,32 @@ from psycopg import sql
 
 from tests.pg import server_dsn, worker_id
 
+#: What ``--solo`` selects: the tests marked ``solo`` measure storage on a machine doing
+#: nothing else, so scripts/run_tests.py runs them alone after the parallel run.
+SOLO_CHOICES = ("all", "exclude", "only")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--solo",
+        choices=SOLO_CHOICES,
+        default="all",
+        help="run the tests marked solo too (all), leave them out (exclude) or run only them",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    choice = config.getoption("--solo")
+    if choice == "all":
+        return
+    keep, drop = [], []
+    for item in items:
+        is_solo = item.get_closest_marker("solo") is not None
+        (keep if is_solo == (choice == "only") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
 
 @contextmanager
 def scratch_database(prefix: str) -> Iterator[str]:

@@ -120,7 +120,9 @@ class QueueWriter(DataSourceArrowWriter):
         return Staged(part, attempt, rows)
 
     def _open(self, conn: Any) -> None:
-        (_, closed) = run(conn, statements(self.queue.spec)["spark_stage_open"], self._key)[0]
+        stmts = statements(self.queue.spec)
+        run(conn, stmts["spark_stage_open"], self._key)
+        (closed,) = run(conn, stmts["spark_stage_closed"], self._key)[0]
         if closed:
             raise PublishError(
                 f"dbqueue write {self.write_id}: the write already ended (the driver published "
@@ -137,19 +139,18 @@ class QueueWriter(DataSourceArrowWriter):
         """COPY the validated rows of the task's batches; their count."""
         plan, part = self.plan, head[1]
         rows = 0
-        if True:
-            for batch in iterator:
-                columns = [_values(batch, f) for f in plan.fields]
-                priorities = _column(batch, "priority", plan.priority)
-                run_ats = _column(batch, "run_at", plan.run_at)
-                for i, values in enumerate(zip(*columns, strict=True)):
-                    try:
-                        payload = codec.encode(dict(zip(plan.columns, values, strict=True)))
-                        schedule = _schedule(priorities[i], run_ats[i])
-                    except InvalidPayload as exc:
-                        raise InvalidPayload(f"partition {part}, row {rows}: {exc}") from None
-                    copy.write_row((*head, rows, *schedule, *payload))
-                    rows += 1
+        for batch in iterator:
+            columns = [_values(batch, f) for f in plan.fields]
+            priorities = _column(batch, "priority", plan.priority)
+            run_ats = _column(batch, "run_at", plan.run_at)
+            for i, values in enumerate(zip(*columns, strict=True)):
+                try:
+                    payload = codec.encode(dict(zip(plan.columns, values, strict=True)))
+                    schedule = _schedule(priorities[i], run_ats[i])
+                except InvalidPayload as exc:
+                    raise InvalidPayload(f"partition {part}, row {rows}: {exc}") from None
+                copy.write_row((*head, rows, *schedule, *payload))
+                rows += 1
         return rows
 
     # -- driver: after the tasks --------------------------------------------------------------

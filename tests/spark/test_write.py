@@ -56,10 +56,8 @@ def ring(spark_conn: psycopg.Connection[Any], table_name: str) -> Iterator[Queue
 
 def numbers(spark: SparkSession, count: int, partitions: int = 3) -> DataFrame:
     """Rows n = 0..count-1 with body "b<n>", in ``partitions`` partitions, in order."""
-    return (
-        spark.range(0, count, 1, partitions)
-        .select(F.col("id").alias("n"), F.concat(F.lit("b"), F.col("id").cast("string")).alias("body"))
-    )  # fmt: skip
+    body = F.concat(F.lit("b"), F.col("id").cast("string"))
+    return spark.range(0, count, 1, partitions).select(F.col("id").alias("n"), body.alias("body"))
 
 
 def write(df: DataFrame, dsn: str, table: str, **options: str) -> None:
@@ -70,7 +68,8 @@ def write(df: DataFrame, dsn: str, table: str, **options: str) -> None:
 
 
 def staged(conn: psycopg.Connection[Any], spec: QueueSpec) -> int:
-    row = conn.execute(f'SELECT count(*) FROM "{spec.stage_table}"').fetchone()
+    """Rows the write left in the stage (not counting the writes' closed markers, part -1)."""
+    row = conn.execute(f'SELECT count(*) FROM "{spec.stage_table}" WHERE part >= 0').fetchone()
     assert row is not None
     return int(row[0])
 
@@ -106,8 +105,9 @@ def test_every_payload_type_goes_through(
     try:
         at = dt.datetime(2026, 3, 1, 12, 30, tzinfo=dt.UTC)
         ref = uuid.uuid4()
-        row = (7, 3, "héllo \"quoted\"\n\tline", decimal.Decimal("12.50"), 0.25, True, at,
-               dt.date(2026, 3, 1), '{"a": [1, 2], "b": null}', b"\x00\x01\xff", str(ref))  # fmt: skip
+        title = 'héllo "quoted"\n\tline'
+        row = (7, 3, title, decimal.Decimal("12.50"), 0.25, True, at, dt.date(2026, 3, 1),
+               '{"a": [1, 2], "b": null}', b"\x00\x01\xff", str(ref))  # fmt: skip
         empty = (8, None, "", None, None, None, None, None, None, None, None)
         schema = T.StructType(
             [
@@ -128,7 +128,7 @@ def test_every_payload_type_goes_through(
         ex = executor_for(DIALECT, spark_conn)
         got = {m.payload["n"]: m.payload for m in SplitQueue(spec, DIALECT).pop_batch(ex, 10)}
         assert got[7] == {
-            "n": 7, "small": 3, "title": "héllo \"quoted\"\n\tline",
+            "n": 7, "small": 3, "title": title,
             "price": decimal.Decimal("12.50"), "ratio": 0.25, "flag": True, "at": at,
             "day": dt.date(2026, 3, 1), "doc": {"a": [1, 2], "b": None},
             "blob": b"\x00\x01\xff", "ref": ref,
@@ -156,7 +156,7 @@ def test_a_failing_task_publishes_nothing(
     spark: SparkSession, spark_dsn: str, spark_conn: psycopg.Connection[Any], split: QueueSpec
 ) -> None:
     @F.udf("long")
-    def explode_at_2500(n: int) -> int:
+    def explode_at_2500(n):  # no hints: Spark would read them as a pandas UDF's
         if n == 2500:
             raise ValueError("task failure on purpose")
         return n
@@ -219,7 +219,7 @@ def test_overwrite_missing_tables_and_other_databases_are_refused(
     spark: SparkSession, spark_dsn: str, split: QueueSpec
 ) -> None:
     df = numbers(spark, 10)
-    with pytest.raises(Exception, match=r"use mode\('append'\)"):
+    with pytest.raises(Exception, match=r"Use mode\('append'\)"):
         df.write.format("dbqueue").option("url", spark_dsn).option("queue", split.table).mode(
             "overwrite"
         ).save()
@@ -229,7 +229,7 @@ def test_overwrite_missing_tables_and_other_databases_are_refused(
         write(df, spark_dsn, "Robert'); DROP TABLE x; --")
     with pytest.raises(Exception, match="needs PostgreSQL"):
         write(df, "sqlite:///tmp/x.db", split.table)
-    with pytest.raises(Exception, match="option url .* is required"):
+    with pytest.raises(Exception, match=r"option url .* is required"):
         df.write.format("dbqueue").option("queue", split.table).mode("append").save()
 
 
@@ -254,15 +254,17 @@ def test_a_write_larger_than_the_ring_waits_for_consumers(
     stop = threading.Event()
 
     def consume() -> None:
+        # Until the write has ended (published or failed) and the ring is empty.
         with psycopg.connect(spark_dsn, autocommit=True) as conn:
             ex = executor_for(DIALECT, conn)
-            while not stop.is_set() or len(got) < 2000:
+            while True:
+                ended = stop.is_set()
                 messages = queue.pop_batch(ex, 100, mode="at_most_once")
                 got.extend(int(m.payload["n"]) for m in messages)
                 if not messages:
+                    if ended:
+                        return
                     stop.wait(0.01)
-                if len(got) >= 2000:
-                    return
 
     consumer = threading.Thread(target=consume)
     consumer.start()

@@ -28,11 +28,16 @@ SELECT pg_get_serial_sequence(%(table)s, 'id');
 DELETE FROM {stage} WHERE staged_at < statement_timestamp() - %(keep)s::interval;
 
 -- spark_stage_open --
--- A task, first in its staging transaction: wait while the driver is closing the write, then
--- say whether it was closed (a task that lost the race to an abort, or a late speculative
--- attempt, must not leave rows behind).
-SELECT pg_advisory_xact_lock_shared(hashtextextended(%(write_id)s, 0)),
-       EXISTS (SELECT 1 FROM {stage} WHERE write_id = %(write_id)s AND part = -1);
+-- A task, first in its staging transaction: wait while the driver is closing the write (a
+-- shared lock, held until the task's transaction ends, that the driver's close waits for).
+SELECT pg_advisory_xact_lock_shared(hashtextextended(%(write_id)s, 0));
+
+-- spark_stage_closed --
+-- Then, in a statement of its own (a statement's snapshot is taken before it waits for a
+-- lock, so a check in the locking statement would miss a close committed during the wait):
+-- was the write closed? A task that lost the race to an abort, or a late speculative
+-- attempt, must not leave rows behind.
+SELECT EXISTS (SELECT 1 FROM {stage} WHERE write_id = %(write_id)s AND part = -1);
 
 -- spark_stage_close --
 -- The driver, before it publishes or aborts: wait for the tasks staging now, and mark the
@@ -41,7 +46,7 @@ WITH locked AS (
     SELECT pg_advisory_xact_lock(hashtextextended(%(write_id)s, 0))
 )
 INSERT INTO {stage} (write_id, part, attempt, ord)
-SELECT %(write_id)s, -1, -1, -1 FROM locked;
+SELECT %(write_id)s::uuid, -1, -1, -1 FROM locked;
 
 -- spark_stage_abort --
 DELETE FROM {stage} WHERE write_id = %(write_id)s AND part >= 0;
