@@ -12,7 +12,7 @@ BENCH_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo test test-django52 bench bench-quick bench-sync-off bench-ring-storage bench-spark-archive lint format typecheck check screenshots docs docs-serve clean distclean
+.PHONY: help venv demo test test-django52 bench bench-quick bench-sync-off bench-ring-storage bench-spark-archive bench-spark-push lint format typecheck check screenshots docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -62,6 +62,9 @@ bench-ring-storage: venv ## Measure the ring table's fillfactor (50/70/90/100), 
 
 bench-spark-archive: venv ## Measure the Spark archive job on 1M done items (3 batch sizes), about 4 minutes
 	$(PY) -m bench.spark_archive $(BENCH_ARGS)
+
+bench-spark-push: venv ## Measure the Spark bulk push vs push_many (1M split, 200k ring), about 5 minutes
+	$(PY) -m bench.spark_push $(BENCH_ARGS)
 
 # The supported Django versions are 5.2 LTS and 6.x: the Django-facing tests run once more in
 # a second venv with Django 5.2 (the main venv has the newest 6.x).
