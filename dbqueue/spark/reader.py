@@ -11,6 +11,8 @@ read is for: failures, latency, volumes; the archive job relies on no more than 
 from __future__ import annotations
 
 import datetime as dt
+import decimal
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from dbqueue.errors import InvalidArgument
+from dbqueue.errors import InvalidArgument, InvalidPayload
 from dbqueue.message import State
 from dbqueue.ring import ITEM_STATES
 from dbqueue.spark.catalog import FoundQueue, run, statements
@@ -36,6 +38,9 @@ MAX_PARTITIONS = 64
 _FAILED = -1
 SPLIT_STATES = {s.name.lower(): int(s) for s in State}
 RING_STATES = {**ITEM_STATES, "failed": _FAILED}
+#: Rounds a numeric to its Spark scale as Spark's JDBC source does (half up); room for any
+#: value that can fit a Spark decimal (38 digits) and then some.
+_DECIMALS = decimal.Context(prec=80, rounding=decimal.ROUND_HALF_UP)
 
 
 def state_names(ring: bool) -> dict[int, str]:
@@ -84,6 +89,27 @@ class IdRange(InputPartition):
     hi: int
 
 
+def spark_decimal(value: decimal.Decimal | None, field: T.StructField) -> decimal.Decimal | None:
+    """A numeric as the column's Spark decimal holds it: rounded half up to its scale (an
+    unconstrained numeric reads as decimal(38, 18) and may hold more places), or
+    InvalidPayload when its integer digits do not fit."""
+    if value is None:
+        return None
+    dtype = field.dataType
+    assert isinstance(dtype, T.DecimalType)
+    try:
+        fitted = value.quantize(decimal.Decimal(1).scaleb(-dtype.scale), context=_DECIMALS)
+    except decimal.InvalidOperation:
+        fitted = None
+    if fitted is None or fitted.adjusted() >= dtype.precision - dtype.scale:
+        raise InvalidPayload(
+            f"dbqueue: column {field.name!r} holds {value}, which does not fit Spark's "
+            f"{dtype.simpleString()} (an unconstrained numeric reads as decimal(38,18)): "
+            f"declare the field with max_digits and decimal_places"
+        )
+    return fitted
+
+
 def to_batch(
     rows: Sequence[Sequence[Any]], schema: T.StructType, names: dict[int, str]
 ) -> pa.RecordBatch:
@@ -94,10 +120,36 @@ def to_batch(
     for i, (field, values) in enumerate(zip(schema.fields, columns, strict=True)):
         if i == 1:
             values = tuple(names[int(v)] for v in values)
+        elif isinstance(field.dataType, T.DecimalType):
+            values = tuple(spark_decimal(v, field) for v in values)
         arrays.append(pa.array(values, type=arrow_type(field.dataType)))
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(
         [pa.field(f.name, arrow_type(f.dataType), f.nullable) for f in schema.fields]
     ))  # fmt: skip
+
+
+def id_ranges(lo: int, end: int, parts: int) -> list[tuple[int, int]]:
+    """``[lo, end)`` cut into ``parts`` ranges whose widths differ by one at most (fewer when
+    the range holds fewer ids)."""
+    span = end - lo
+    parts = max(1, min(parts, span))
+    cuts = [lo + span * i // parts for i in range(parts + 1)]
+    return list(itertools.pairwise(cuts))
+
+
+def shares(counts: Sequence[int], parts: int) -> list[int]:
+    """``parts`` partitions shared by tables of ``counts`` rows in proportion to them, at
+    least one each (largest remainders first)."""
+    if not counts:
+        return []
+    total = sum(counts)
+    parts = max(parts, len(counts))
+    exact = [(parts - len(counts)) * c / total for c in counts]
+    out = [1 + int(e) for e in exact]
+    by_remainder = sorted(range(len(counts)), key=lambda i: int(exact[i]) - exact[i])
+    for i in by_remainder[: parts - sum(out)]:
+        out[i] += 1
+    return out
 
 
 class QueueReader(DataSourceReader):
@@ -125,8 +177,11 @@ class QueueReader(DataSourceReader):
         self.numbers = [known[s] for s in states]
         self.requested = partitions
 
-    def partitions(self) -> Sequence[IdRange]:
-        """Id ranges of about equal width over the items to read (driver)."""
+    def partitions(self) -> list[IdRange]:
+        """Id ranges of about equal width over the items to read (driver). ``numPartitions``
+        is the total over the tables read (a ring's slots and its failed table share it);
+        without it, one range per 100,000 rows. An empty read has no ranges: Spark then
+        reads one empty partition of its own (see :meth:`read`)."""
         stmts = statements(self.queue.spec)
         sources: list[tuple[str, list[int]]] = []
         slot_states = [n for n in self.numbers if n != _FAILED]
@@ -137,23 +192,28 @@ class QueueReader(DataSourceReader):
                 sources.append(("failed", []))
         else:
             sources.append(("split", self.numbers))
-        out: list[IdRange] = []
+        found: list[tuple[str, int, int]] = []  # source, first id, id after the last
+        counts: list[int] = []
         with connect(self.info) as conn:
             for source, numbers in sources:
                 params = {"states": numbers, "before": self.before}
                 lo, hi, count = run(conn, stmts[f"spark_bounds_{source}"], params)[0]
-                if not count:
-                    continue
-                parts = self.requested or min(MAX_PARTITIONS, math.ceil(count / ROWS_PER_PARTITION))
-                width = max(1, math.ceil((hi + 1 - lo) / parts))
-                out.extend(
-                    IdRange(source, a, min(a + width, hi + 1)) for a in range(lo, hi + 1, width)
-                )
-        return out
+                if count:
+                    found.append((source, lo, hi + 1))
+                    counts.append(count)
+        total = sum(counts)
+        parts = self.requested or min(MAX_PARTITIONS, math.ceil(total / ROWS_PER_PARTITION))
+        return [
+            IdRange(source, a, b)
+            for (source, lo, end), share in zip(found, shares(counts, parts), strict=True)
+            for a, b in id_ranges(lo, end, share)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The items of one id range, in id order (executor)."""
-        assert isinstance(partition, IdRange)
+        """The items of one id range, in id order (executor). Any other partition is the
+        empty one Spark reads when :meth:`partitions` found nothing to read."""
+        if not isinstance(partition, IdRange):
+            return
         stmt = statements(self.queue.spec)[f"spark_read_{partition.source}"]
         names = state_names(self.queue.ring)
         params = {

@@ -135,7 +135,9 @@ JOIN {data} AS d ON d.id = k.id
 ORDER BY m.id;
 
 -- spark_items_ring --
-SELECT t.seq, t.state, 0, t.attempts, t.pushed_at, t.pushed_at, t.lease_until,
+-- Like spark_read_ring (a replayed batch may find an item waiting for its retry).
+SELECT t.seq, t.state, 0, t.attempts, t.pushed_at,
+       CASE WHEN t.state = 3 THEN t.lease_until ELSE t.pushed_at END, t.lease_until,
        t.last_error{read_t}
 FROM unnest(%(ids)b::bigint[]) AS k(id)
 JOIN {ring} AS t ON t.slot = mod(k.id, %(capacity)s::bigint) AND t.seq = k.id
