@@ -15,6 +15,12 @@ option                      meaning                                             
                             slices a micro-batch is read in                         ; 2
 ``maxMessagesPerBatch``     stream: items leased per micro-batch                    10000
 ``leaseSeconds``            stream: how long a batch's items stay leased            300
+``rescueSeconds``           stream: how often the stream gives expired leases back  30
+                            (the queue's rescue, as a worker runs it)
+``maxAttempts``             stream: the queue's max_attempts (the rescue fails an   5
+                            item leased that many times)
+``keepDone``                stream: the queue keeps done items (``keep_done``):     false
+                            acks mark them done for the archive job
 ``pushTimeoutSeconds``      write to a ring: how long to wait for free slots        60
 ``maxPayloadBytes``         write: the largest payload accepted                     262144
 ==========================  ======================================================  =========
@@ -41,6 +47,8 @@ DEFAULT_MAX_PER_BATCH = 10_000
 DEFAULT_LEASE = dt.timedelta(seconds=300)
 DEFAULT_PUSH_TIMEOUT = dt.timedelta(seconds=60)
 DEFAULT_STREAM_PARTITIONS = 2
+DEFAULT_RESCUE_INTERVAL = dt.timedelta(seconds=30)
+BOOLEANS = {"true": True, "false": False}
 
 
 def int_option(options: Mapping[str, str], name: str, default: int | None) -> int | None:
@@ -71,6 +79,16 @@ def seconds_option(options: Mapping[str, str], name: str, default: dt.timedelta)
     return dt.timedelta(seconds=value)
 
 
+def bool_option(options: Mapping[str, str], name: str) -> bool:
+    """A ``true``/``false`` option (any case); false when absent."""
+    text = options.get(name)
+    if text is None or text == "":
+        return False
+    if text.lower() not in BOOLEANS:
+        raise InvalidArgument(f"dbqueue: option {name} must be true or false, got {text!r}")
+    return BOOLEANS[text.lower()]
+
+
 class DBQueueDataSource(DataSource):
     """``spark.read`` / ``df.write`` / ``spark.readStream`` ``.format("dbqueue")``."""
 
@@ -93,11 +111,16 @@ class DBQueueDataSource(DataSource):
         if self._queue is None:
             defaults = QueueOptions()
             payload = int_option(self.options, "maxPayloadBytes", defaults.max_payload_bytes)
+            # The queue's behaviour that the database does not record: what the caller says
+            # it is (the application declares it in its model or spec).
             options = QueueOptions(
                 max_payload_bytes=payload or defaults.max_payload_bytes,
                 push_timeout=seconds_option(
                     self.options, "pushTimeoutSeconds", DEFAULT_PUSH_TIMEOUT
                 ),
+                max_attempts=int_option(self.options, "maxAttempts", defaults.max_attempts)
+                or defaults.max_attempts,
+                keep_done=bool_option(self.options, "keepDone"),
                 notify_interval=None,
             )
             with connect(self.info) as conn:
@@ -140,4 +163,5 @@ class DBQueueDataSource(DataSource):
             seconds_option(self.options, "leaseSeconds", DEFAULT_LEASE),
             int_option(self.options, "numPartitions", DEFAULT_STREAM_PARTITIONS)
             or DEFAULT_STREAM_PARTITIONS,
+            seconds_option(self.options, "rescueSeconds", DEFAULT_RESCUE_INTERVAL),
         )

@@ -19,7 +19,10 @@ A query that fails or is stopped before a batch is committed leaves that batch's
 restarted from its checkpoint, Spark replays the batch (same items), then commits it. Items
 leased for a batch that never reached the offset log come back when their lease expires.
 Nothing is lost or skipped; the lease must outlast a batch's processing and a restart, or the
-items are delivered again (at-least-once).
+items are delivered again (at-least-once). Expired leases are given back by the queue's rescue,
+which the stream runs itself, at most every ``rescueSeconds``, when it plans a batch (as a
+worker does: a stream may be the queue's only consumer). A queue declared with ``keep_done``
+needs ``keepDone=true``, so that acks mark items done instead of deleting them.
 
 Spark commits batch n only when it logs batch n + 1, and logs no batch while the source has
 nothing new: the last batch before the queue runs dry would stay leased. So when nothing new
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +90,7 @@ class QueueStream(DataSourceStreamReader):
         max_per_batch: int,
         lease: dt.timedelta,
         partitions: int,
+        rescue_interval: dt.timedelta,
     ) -> None:
         self.info = info
         self.queue = queue
@@ -93,6 +98,8 @@ class QueueStream(DataSourceStreamReader):
         self.max_per_batch = max_per_batch
         self.lease = lease
         self.parts = partitions
+        self.rescue_interval = rescue_interval.total_seconds()
+        self._rescued_at: float | None = None
         self._core: SplitQueue | RingQueue | None = None
         self._conn: Any = None
 
@@ -125,6 +132,10 @@ class QueueStream(DataSourceStreamReader):
         elif not isinstance(limit, ReadAllAvailable):  # pragma: no cover - Spark's own types
             raise TypeError(f"dbqueue: unsupported read limit {limit!r}")
         core, ex = self._driver()
+        now = time.monotonic()
+        if self._rescued_at is None or now - self._rescued_at >= self.rescue_interval:
+            core.rescue(ex)
+            self._rescued_at = now
         leased = core.pop_batch(ex, n, lease=self.lease)
         if leased:
             runs = to_runs([(m.id, m.attempts) for m in leased])

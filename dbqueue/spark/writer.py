@@ -241,7 +241,7 @@ class QueueWriter(DataSourceArrowWriter):
 
 def _values(batch: pa.RecordBatch, field: Field) -> list[Any]:
     """A column's values as the codec takes them: a JSON field's column holds JSON text."""
-    values = batch.column(field.name).to_pylist()
+    values: list[Any] = batch.column(field.name).to_pylist()
     if field.kind is not FieldKind.JSON:
         return values
     out = []

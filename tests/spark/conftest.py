@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,23 @@ def drop_queue(conn: psycopg.Connection[Any], spec: QueueSpec) -> None:
     else:
         conn.execute(f"DROP TABLE IF EXISTS {q(spec.table)}, {q(spec.meta_table)}")
     conn.execute(f"DROP TABLE IF EXISTS {q(spec.stage_table)}")
+
+
+@pytest.fixture
+def make_queue(
+    spark_conn: psycopg.Connection[Any],
+) -> Iterator[Callable[[QueueSpec], QueueSpec]]:
+    """Create a queue's tables (:func:`create_queue`); the test's queues are dropped after it."""
+    made: list[QueueSpec] = []
+
+    def make(spec: QueueSpec) -> QueueSpec:
+        create_queue(spark_conn, spec)
+        made.append(spec)
+        return spec
+
+    yield make
+    for spec in made:
+        drop_queue(spark_conn, spec)
 
 
 @pytest.fixture

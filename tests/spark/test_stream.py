@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from pyspark.sql.streaming import StreamingQuery
 from dbqueue import Field, FieldKind, QueueOptions, QueueSpec, RingQueue, SplitQueue, get_dialect
 from dbqueue.drivers import executor_for
 from dbqueue.spark.stream import to_runs, to_tokens
-from tests.spark.conftest import SPARK, create_queue, drop_queue
+from tests.spark.conftest import SPARK
 
 pytestmark = SPARK
 
@@ -31,21 +32,15 @@ FIELDS = (Field("n", FieldKind.BIGINT), Field("body", FieldKind.TEXT))
 
 
 @pytest.fixture
-def split(spark_conn: psycopg.Connection[Any], table_name: str) -> Iterator[QueueSpec]:
-    spec = QueueSpec(table_name, FIELDS)
-    create_queue(spark_conn, spec)
-    yield spec
-    drop_queue(spark_conn, spec)
+def split(make_queue: Callable[[QueueSpec], QueueSpec], table_name: str) -> QueueSpec:
+    return make_queue(QueueSpec(table_name, FIELDS))
 
 
 @pytest.fixture
-def ring(spark_conn: psycopg.Connection[Any], table_name: str) -> Iterator[QueueSpec]:
+def ring(make_queue: Callable[[QueueSpec], QueueSpec], table_name: str) -> QueueSpec:
     # A producer waits for free slots as long as the stream needs to free them.
     options = QueueOptions(capacity=2000, push_timeout=dt.timedelta(minutes=5))
-    spec = QueueSpec(table_name, FIELDS, options)
-    create_queue(spark_conn, spec)
-    yield spec
-    drop_queue(spark_conn, spec)
+    return make_queue(QueueSpec(table_name, FIELDS, options))
 
 
 def push(conn: psycopg.Connection[Any], spec: QueueSpec, numbers: range) -> None:
@@ -83,6 +78,15 @@ def start(df: DataFrame, checkpoint: str, sink: Callable[[DataFrame, int], None]
         .trigger(processingTime="100 milliseconds")
         .start()
     )
+
+
+def drain(df: DataFrame, checkpoint: str, sink: Callable[[DataFrame, int], None]) -> None:
+    """Run the query until it has processed everything available, then stop it."""
+    query = start(df, checkpoint, sink)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
 
 
 def delivered(spark: SparkSession, out: Path) -> list[tuple[int, int]]:
@@ -123,11 +127,7 @@ def test_a_stream_drains_a_split_queue_in_batches_and_acks_each(
     push(spark_conn, split, range(2500))
     out = tmp_path / "out"
     df = stream(spark, spark_dsn, split.table, maxMessagesPerBatch="1000")
-    query = start(df, checkpoint, to_parquet(out))
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    drain(df, checkpoint, to_parquet(out))
     rows = delivered(spark, out)
     assert sorted(n for _, n in rows) == list(range(2500))  # each item once
     sizes = [sum(1 for b, _ in rows if b == batch) for batch in sorted({b for b, _ in rows})]
@@ -155,11 +155,7 @@ def test_a_failed_query_restarted_from_its_checkpoint_neither_loses_nor_skips(
     assert sorted(n for _, n in first) == list(range(1000))
     assert counts(spark_conn, split)["leased"] == 500
     # The restart replays batch 2 with the same items, then goes on.
-    query = start(df, checkpoint, to_parquet(out))
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    drain(df, checkpoint, to_parquet(out))
     rows = delivered(spark, out)
     assert sorted(n for _, n in rows) == list(range(3000))  # nothing lost, nothing twice
     assert sorted(n for b, n in rows if b == 2) == list(range(1000, 1500))
@@ -176,21 +172,13 @@ def test_a_stopped_query_resumes_where_it_stopped(
 ) -> None:
     out = tmp_path / "out"
     df = stream(spark, spark_dsn, split.table, maxMessagesPerBatch="300")
-    query = start(df, checkpoint, to_parquet(out))
-    try:
-        push(spark_conn, split, range(1000))
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    push(spark_conn, split, range(1000))
+    drain(df, checkpoint, to_parquet(out))
     # Messages pushed while no query runs wait in the queue, then the restarted query takes
     # them from its checkpoint on.
     push(spark_conn, split, range(1000, 1700))
     assert counts(spark_conn, split) == {"ready": 700}
-    query = start(df, checkpoint, to_parquet(out))
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    drain(df, checkpoint, to_parquet(out))
     assert sorted(n for _, n in delivered(spark, out)) == list(range(1700))
     assert counts(spark_conn, split) == {}
 
@@ -224,17 +212,53 @@ def test_a_stream_consumes_a_ring_while_a_producer_pushes(
     assert counts(spark_conn, ring) == {}
 
 
+def test_a_stream_gives_expired_leases_back_and_keeps_done_items_when_told(
+    spark: SparkSession,
+    spark_dsn: str,
+    spark_conn: psycopg.Connection[Any],
+    make_queue: Callable[[QueueSpec], QueueSpec],
+    table_name: str,
+    checkpoint: str,
+    tmp_path: Path,
+) -> None:
+    spec = make_queue(QueueSpec(table_name, FIELDS, QueueOptions(keep_done=True)))
+    push(spark_conn, spec, range(400))
+    # A consumer that died: 100 items leased for a moment, never acked.
+    ex = executor_for(DIALECT, spark_conn)
+    SplitQueue(spec, DIALECT).pop_batch(ex, 100, lease=dt.timedelta(milliseconds=50))
+    time.sleep(0.2)
+    out = tmp_path / "out"
+    df = stream(spark, spark_dsn, spec.table, maxMessagesPerBatch="250", keepDone="true")
+    drain(df, checkpoint, to_parquet(out))
+    assert sorted(n for _, n in delivered(spark, out)) == list(range(400))
+    assert counts(spark_conn, spec) == {"done": 400}
+
+
+def test_keep_done_on_a_ring_is_refused(
+    spark: SparkSession, spark_dsn: str, ring: QueueSpec
+) -> None:
+    with pytest.raises(Exception, match="keep_done is an option of split queues only"):
+        stream(spark, spark_dsn, ring.table, keepDone="true").schema  # noqa: B018
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("maxMessagesPerBatch", "0"), ("leaseSeconds", "soon"), ("numPartitions", "-1")],
+    [
+        ("maxMessagesPerBatch", "0"),
+        ("leaseSeconds", "soon"),
+        ("numPartitions", "-1"),
+        ("rescueSeconds", "0"),
+        ("maxAttempts", "0"),
+        ("keepDone", "yes"),
+    ],
 )
 def test_bad_stream_options_are_refused(
     spark: SparkSession, spark_dsn: str, split: QueueSpec, option: str, value: str
 ) -> None:
-    df = stream(spark, spark_dsn, split.table, **{option: value})
-    with pytest.raises(Exception, match=f"option {option} must be a positive"):
-        # The source is made when the query starts, on Spark's side: the error surfaces in
-        # start() or as the query's failure.
+    with pytest.raises(Exception, match=f"option {option} must be "):
+        # Options the queue's description needs fail at load(); the stream's own when the
+        # query makes its source, on Spark's side: in start() or as the query's failure.
+        df = stream(spark, spark_dsn, split.table, **{option: value})
         query = df.writeStream.format("noop").start()
         try:
             query.awaitTermination(120)

@@ -6,7 +6,7 @@ import datetime as dt
 import decimal
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -17,7 +17,7 @@ from pyspark.sql import types as T
 
 from dbqueue import Field, FieldKind, QueueOptions, QueueSpec, RingQueue, SplitQueue, get_dialect
 from dbqueue.drivers import executor_for
-from tests.spark.conftest import SPARK, create_queue, drop_queue
+from tests.spark.conftest import SPARK
 
 pytestmark = SPARK
 
@@ -39,19 +39,13 @@ SIMPLE = (Field("n", FieldKind.BIGINT), Field("body", FieldKind.TEXT, nullable=T
 
 
 @pytest.fixture
-def split(spark_conn: psycopg.Connection[Any], table_name: str) -> Iterator[QueueSpec]:
-    spec = QueueSpec(table_name, SIMPLE)
-    create_queue(spark_conn, spec)
-    yield spec
-    drop_queue(spark_conn, spec)
+def split(make_queue: Callable[[QueueSpec], QueueSpec], table_name: str) -> QueueSpec:
+    return make_queue(QueueSpec(table_name, SIMPLE))
 
 
 @pytest.fixture
-def ring(spark_conn: psycopg.Connection[Any], table_name: str) -> Iterator[QueueSpec]:
-    spec = QueueSpec(table_name, SIMPLE, QueueOptions(capacity=500))
-    create_queue(spark_conn, spec)
-    yield spec
-    drop_queue(spark_conn, spec)
+def ring(make_queue: Callable[[QueueSpec], QueueSpec], table_name: str) -> QueueSpec:
+    return make_queue(QueueSpec(table_name, SIMPLE, QueueOptions(capacity=500)))
 
 
 def numbers(spark: SparkSession, count: int, partitions: int = 3) -> DataFrame:
@@ -98,44 +92,44 @@ def test_a_dataframe_is_pushed_in_order_and_workers_pop_it(
 
 
 def test_every_payload_type_goes_through(
-    spark: SparkSession, spark_dsn: str, spark_conn: psycopg.Connection[Any], table_name: str
+    spark: SparkSession,
+    spark_dsn: str,
+    spark_conn: psycopg.Connection[Any],
+    make_queue: Callable[[QueueSpec], QueueSpec],
+    table_name: str,
 ) -> None:
-    spec = QueueSpec(table_name, RICH)
-    create_queue(spark_conn, spec)
-    try:
-        at = dt.datetime(2026, 3, 1, 12, 30, tzinfo=dt.UTC)
-        ref = uuid.uuid4()
-        title = 'héllo "quoted"\n\tline'
-        row = (7, 3, title, decimal.Decimal("12.50"), 0.25, True, at, dt.date(2026, 3, 1),
-               '{"a": [1, 2], "b": null}', b"\x00\x01\xff", str(ref))  # fmt: skip
-        empty = (8, None, "", None, None, None, None, None, None, None, None)
-        schema = T.StructType(
-            [
-                T.StructField("n", T.LongType()),
-                T.StructField("small", T.IntegerType()),
-                T.StructField("title", T.StringType()),
-                T.StructField("price", T.DecimalType(10, 2)),
-                T.StructField("ratio", T.DoubleType()),
-                T.StructField("flag", T.BooleanType()),
-                T.StructField("at", T.TimestampType()),
-                T.StructField("day", T.DateType()),
-                T.StructField("doc", T.StringType()),
-                T.StructField("blob", T.BinaryType()),
-                T.StructField("ref", T.StringType()),
-            ]
-        )
-        write(spark.createDataFrame([row, empty], schema), spark_dsn, spec.table)
-        ex = executor_for(DIALECT, spark_conn)
-        got = {m.payload["n"]: m.payload for m in SplitQueue(spec, DIALECT).pop_batch(ex, 10)}
-        assert got[7] == {
-            "n": 7, "small": 3, "title": title,
-            "price": decimal.Decimal("12.50"), "ratio": 0.25, "flag": True, "at": at,
-            "day": dt.date(2026, 3, 1), "doc": {"a": [1, 2], "b": None},
-            "blob": b"\x00\x01\xff", "ref": ref,
-        }  # fmt: skip
-        assert got[8]["title"] == "" and got[8]["doc"] is None and got[8]["small"] is None
-    finally:
-        drop_queue(spark_conn, spec)
+    spec = make_queue(QueueSpec(table_name, RICH))
+    at = dt.datetime(2026, 3, 1, 12, 30, tzinfo=dt.UTC)
+    ref = uuid.uuid4()
+    title = 'héllo "quoted"\n\tline'
+    row = (7, 3, title, decimal.Decimal("12.50"), 0.25, True, at, dt.date(2026, 3, 1),
+           '{"a": [1, 2], "b": null}', b"\x00\x01\xff", str(ref))  # fmt: skip
+    empty = (8, None, "", None, None, None, None, None, None, None, None)
+    schema = T.StructType(
+        [
+            T.StructField("n", T.LongType()),
+            T.StructField("small", T.IntegerType()),
+            T.StructField("title", T.StringType()),
+            T.StructField("price", T.DecimalType(10, 2)),
+            T.StructField("ratio", T.DoubleType()),
+            T.StructField("flag", T.BooleanType()),
+            T.StructField("at", T.TimestampType()),
+            T.StructField("day", T.DateType()),
+            T.StructField("doc", T.StringType()),
+            T.StructField("blob", T.BinaryType()),
+            T.StructField("ref", T.StringType()),
+        ]
+    )
+    write(spark.createDataFrame([row, empty], schema), spark_dsn, spec.table)
+    ex = executor_for(DIALECT, spark_conn)
+    got = {m.payload["n"]: m.payload for m in SplitQueue(spec, DIALECT).pop_batch(ex, 10)}
+    assert got[7] == {
+        "n": 7, "small": 3, "title": title,
+        "price": decimal.Decimal("12.50"), "ratio": 0.25, "flag": True, "at": at,
+        "day": dt.date(2026, 3, 1), "doc": {"a": [1, 2], "b": None},
+        "blob": b"\x00\x01\xff", "ref": ref,
+    }  # fmt: skip
+    assert got[8]["title"] == "" and got[8]["doc"] is None and got[8]["small"] is None
 
 
 def test_priority_and_run_at_columns_schedule_each_row(
