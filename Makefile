@@ -9,10 +9,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+DEMO_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo test test-django52 bench bench-quick bench-sync-off bench-ring-storage bench-spark-archive bench-spark-push lint format typecheck check screenshots docs docs-serve clean distclean
+.PHONY: help venv demo demo-spark test test-django52 bench bench-quick bench-sync-off bench-ring-storage bench-spark-archive bench-spark-push lint format typecheck check screenshots docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -43,6 +44,9 @@ $(STAMP): pyproject.toml
 
 demo: venv ## Run the example shop's demo (embedded PostgreSQL unless DATABASE_URL is set)
 	cd example_project && $(abspath $(PY)) manage.py demo
+
+demo-spark: venv ## Spark demo: 1M page views pushed from a DataFrame, drained, archived to Parquet, charted
+	cd example_project && $(abspath $(PY)) manage.py demospark $(DEMO_ARGS)
 
 test: venv ## Run the whole test suite (PostgreSQL and SQLite), then the Django 5.2 LTS run
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -26,9 +26,13 @@ class Output(Protocol):
 
 
 @contextmanager
-def spark_session(master: str, app: str = "dbqueue-archive") -> Iterator[Any]:
+def spark_session(
+    master: str, app: str = "dbqueue-archive", config: Mapping[str, str] | None = None
+) -> Iterator[Any]:
     """The active SparkSession if there is one (a notebook, a test, an embedding job), else a
-    new one on ``master``, stopped at the end; with the ``dbqueue`` source registered.
+    new one on ``master`` with the settings ``config``, stopped at the end; with the
+    ``dbqueue`` source registered. (An active session keeps its own settings: a JVM's, such as
+    ``spark.driver.memory``, cannot change once it runs.)
 
     PySpark starts its Python workers with ``python3`` from PATH unless ``PYSPARK_PYTHON`` says
     otherwise, and a worker of another minor version fails (PYTHON_VERSION_MISMATCH): when it
@@ -41,13 +45,15 @@ def spark_session(master: str, app: str = "dbqueue-archive") -> Iterator[Any]:
         register(active)
         yield active
         return
-    session = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app)
         # Spark's own stage bars would interleave with the archive's progress line.
         .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
     )
+    for key, value in (config or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     register(session)
     try:

@@ -1,12 +1,12 @@
-"""What ``manage.py runqueueworker`` does with each queued confirmation (send the e-mail) and
-with the order events (record the sales)."""
+"""What ``manage.py runqueueworker`` does with each queued confirmation (send the e-mail), with
+the order events (record the sales) and with the page views (nothing yet: see below)."""
 
 from __future__ import annotations
 
 from django.core.mail import send_mail
 
 from dbqueue_django import handler
-from shop.models import OrderConfirmation, OrderEvent, Sale
+from shop.models import OrderConfirmation, OrderEvent, PageView, Sale
 
 
 @handler(OrderConfirmation, batch_size=500)
@@ -29,3 +29,13 @@ def record_sales(events: list[OrderEvent]) -> None:
         [Sale(order_id=e.order_id, total=e.total, placed_at=e.pushed_at) for e in events],
         ignore_conflicts=True,
     )
+
+
+@handler(PageView, batch=True, batch_size=1000)
+def check_page_views(views: list[PageView]) -> None:
+    """Take a batch of page views. The analytics are computed later, by Spark SQL over the
+    Parquet archive (``manage.py demospark``); this handler only checks each view is one the
+    site can have served, so the worker's rate is the queue's own (pop, ack as done)."""
+    for view in views:
+        if not view.path.startswith("/"):
+            raise ValueError(f"page view #{view.pk}: {view.path!r} is not a path of the site")

@@ -1,5 +1,5 @@
-"""The shop's orders, the queue of confirmation e-mails to send for them, and the ring of
-order events its sales ledger is fed from."""
+"""The shop's orders, the queue of confirmation e-mails to send for them, the ring of order
+events its sales ledger is fed from, and the page views its analytics archive to Parquet."""
 
 from datetime import timedelta
 from decimal import Decimal
@@ -64,3 +64,20 @@ class Sale(models.Model):
 
     def __str__(self) -> str:
         return f"Sale of order #{self.order_id} ({self.total})"
+
+
+class PageView(QueueModel):
+    """A page seen on the shop's site, for the analytics: a high-volume queue whose processed
+    items are kept as done (``keep_done``) until ``manage.py archivequeue`` moves them to
+    Parquet, where Spark SQL reads them (``manage.py demospark``)."""
+
+    user_id = models.BigIntegerField()
+    path = models.CharField(max_length=200)
+    duration_ms = models.IntegerField()
+
+    class QueueOptions:
+        keep_done = True
+        lease = timedelta(seconds=60)
+
+    def __str__(self) -> str:
+        return f"{self.path} seen by user #{self.user_id} ({self.duration_ms} ms)"

@@ -3,47 +3,18 @@ through Django's test client, a real database), on a small scale so the suite st
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 
-from tests.pg import database_url, worker_id
+from tests.example.conftest import manage
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "example_project"
 pytestmark = pytest.mark.slow
 
 
 def _run_demo(database_url: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DATABASE_URL": database_url}
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    return subprocess.run(
-        [sys.executable, "manage.py", "demo", "--orders", "5", "--bulk", "2000"],
-        cwd=EXAMPLE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-
-
-@pytest.fixture
-def demo_pg_url(pg_dsn: str) -> Iterator[str]:
-    name = f"dbqueue_demo_{worker_id()}_{os.getpid()}"
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield database_url(pg_dsn, name)
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+    return manage(database_url, "demo", "--orders", "5", "--bulk", "2000")
 
 
 @pytest.mark.postgresql
@@ -61,3 +32,14 @@ def test_demo_on_sqlite(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Demo passed." in result.stdout
     assert "SQLite" in result.stdout
+
+
+@pytest.mark.sqlite
+def test_demo_spark_needs_postgresql(tmp_path: Path) -> None:
+    out = tmp_path / "spark"
+    result = manage(
+        f"sqlite:///{tmp_path / 'shop.sqlite3'}", "demospark", "--rows", "10", "--out", str(out)
+    )
+    assert result.returncode == 1
+    assert "demospark needs PostgreSQL" in result.stderr
+    assert not out.exists()

@@ -7,7 +7,6 @@ Every step checks what it did; the command exits non-zero if any check fails.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -15,12 +14,20 @@ from typing import Any
 from django.conf import settings
 from django.core import mail
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connection
+from django.core.management.base import CommandParser
 from django.test import Client
 from django.utils import timezone
 
 from dbqueue.message import State
+from shop.management.report import (
+    Checks,
+    Report,
+    database_name,
+    format_stats,
+    positive,
+    rate,
+    total_items,
+)
 from shop.models import Order, OrderConfirmation, OrderEvent, Sale
 
 PUSH_BATCH = 1_000
@@ -31,13 +38,6 @@ INVALID_EMAIL = "not-an-email"
 SMTP_ERROR = "SMTP timeout"
 
 
-def positive(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise ValueError(value)
-    return number
-
-
 def non_negative(value: str) -> int:
     number = int(value)
     if number < 0:
@@ -45,51 +45,13 @@ def non_negative(value: str) -> int:
     return number
 
 
-def total_items(stats: dict[str, Any]) -> int:
-    """Every item in the queue, whatever its state (expired leases are counted as leased)."""
-    return sum(stats[k] for k in ("ready", "scheduled", "leased", "done", "failed"))
-
-
-def format_stats(stats: dict[str, Any]) -> str:
-    age = stats["oldest_ready_age"]
-    shown = "none" if age is None else f"{age.total_seconds():.3f}s"
-    counts = ", ".join(f"{k} {stats[k]}" for k in stats if k != "oldest_ready_age")
-    return f"{counts}, oldest_ready_age {shown}"
-
-
-def rate(count: int, seconds: float) -> str:
-    if count == 0 or seconds <= 0:
-        return "n/a"
-    return f"{count / seconds:,.0f} messages/s ({count:,} in {seconds:.3f} s)"
-
-
-@dataclass
-class Checks:
-    """The demo's assertions: each is printed as it is made, and counted."""
-
-    out: Any
-    style: Any
-    failed: list[str] = field(default_factory=list)
-    passed: int = 0
-
-    def __call__(self, ok: bool, what: str) -> bool:
-        if ok:
-            self.passed += 1
-            self.out.write(f"  {self.style.SUCCESS('ok')}    {what}")
-        else:
-            self.failed.append(what)
-            self.out.write(f"  {self.style.ERROR('FAIL')}  {what}")
-        return ok
-
-
-class Command(BaseCommand):
+class Command(Report):
     help = (
         "Run the shop end to end: place orders over HTTP (each enqueues its confirmation in "
         "the order's transaction), bulk-push confirmations, drain the queue, show a failure "
         "and its retry. Exits non-zero if any check fails."
     )
     requires_system_checks = "__all__"
-    checks: Checks
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -112,7 +74,7 @@ class Command(BaseCommand):
 
         self.section("Database")
         call_command("migrate", verbosity=0, interactive=False)
-        database = self.database()
+        database = database_name()
         self.stdout.write(f"  {database}: migrations applied")
 
         self.section("Clean up earlier runs")
@@ -169,17 +131,9 @@ class Command(BaseCommand):
                 ("run time", f"{time.perf_counter() - started:.1f} s"),
             ]
         )
-        if self.checks.failed:
-            raise CommandError(
-                f"{len(self.checks.failed)} check(s) failed: " + "; ".join(self.checks.failed)
-            )
-        self.stdout.write(self.style.SUCCESS("Demo passed."))
+        self.verdict()
 
     # -- steps --------------------------------------------------------------------------------
-
-    def database(self) -> str:
-        version = ".".join(str(part) for part in connection.get_database_version())
-        return f"{connection.display_name} {version} (vendor {connection.vendor!r})"
 
     def clean_up(self) -> None:
         queue = OrderConfirmation.queue
@@ -357,19 +311,3 @@ class Command(BaseCommand):
             row.attempts == 1 and row.last_error == SMTP_ERROR and wait > timedelta(0),
             "the error and the attempt are recorded, the retry is in the future",
         )
-
-    # -- output -------------------------------------------------------------------------------
-
-    def section(self, title: str) -> None:
-        self.stdout.write("")
-        self.stdout.write(self.style.MIGRATE_HEADING(title))
-
-    def summary(self, rows: list[tuple[str, str]]) -> None:
-        width = max(len(label) for label, _ in rows)
-        rule = "-" * (width + 3 + max(len(value) for _, value in rows))
-        self.stdout.write("")
-        self.stdout.write(self.style.MIGRATE_HEADING("Summary"))
-        self.stdout.write(rule)
-        for label, value in rows:
-            self.stdout.write(f"{label:<{width}} | {value}")
-        self.stdout.write(rule)
