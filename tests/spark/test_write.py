@@ -91,6 +91,30 @@ def test_a_dataframe_is_pushed_in_order_and_workers_pop_it(
     assert staged(spark_conn, split) == 0
 
 
+def test_a_large_write_refreshes_the_statistics_an_idle_worker_planned_with(
+    spark: SparkSession, spark_dsn: str, spark_conn: psycopg.Connection[Any], split: QueueSpec
+) -> None:
+    """A worker polling the emptied, vacuumed queue has a prepared pop planned for empty
+    tables; the publish analyzes the tables (see spark_analyze_split), which makes every
+    session plan its statements again when the write commits."""
+    spark_conn.execute(f'VACUUM ANALYZE "{split.table}", "{split.meta_table}"')
+    queue = SplitQueue(split, DIALECT)
+    with psycopg.connect(spark_dsn, autocommit=True) as worker:
+        idle = executor_for(DIALECT, worker)
+        for _ in range(8):  # psycopg prepares it; PostgreSQL settles on a generic plan
+            assert queue.pop_batch(idle, 1000) == []
+        write(numbers(spark, 12_000), spark_dsn, split.table)
+        rows = spark_conn.execute(
+            "SELECT relname, reltuples FROM pg_class WHERE relname IN (%s, %s)",
+            (split.table, split.meta_table),
+        ).fetchall()
+        assert {name: int(tuples) for name, tuples in rows} == {
+            split.table: 12_000,
+            split.meta_table: 12_000,
+        }
+        assert len(queue.pop_batch(idle, 1000)) == 1000
+
+
 def test_every_payload_type_goes_through(
     spark: SparkSession,
     spark_dsn: str,

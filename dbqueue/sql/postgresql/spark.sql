@@ -76,6 +76,15 @@ WITH s AS MATERIALIZED (
 )
 SELECT count(*), min(id), max(id) FROM s;
 
+-- spark_analyze_split --
+-- After a large publish, in its transaction: fresh statistics for the queue's tables. A
+-- worker's prepared pop keeps the generic plan it made, and one made while the tables were
+-- empty (vacuumed after a drain) is nested loops over sequential scans: on the published
+-- million rows one pop took minutes. New statistics invalidate every session's cached plans
+-- at this commit, which is also when the workers are woken. ANALYZE counts the transaction's
+-- own new rows; SKIP_LOCKED: a concurrent (auto)vacuum or analyze is refreshing them anyway.
+ANALYZE (SKIP_LOCKED) {data}, {meta};
+
 -- spark_take_staged --
 -- A ring publish's next chunk: up to n staged rows in staging order, taken out of the stage
 -- in the transaction that pushes them into the ring.

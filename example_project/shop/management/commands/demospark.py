@@ -190,11 +190,10 @@ class Command(Report):
     def start_worker(self, concurrency: int, log: Path) -> subprocess.Popen[bytes]:
         """``manage.py runqueueworker shop.PageView``, its output in ``log``.
 
-        Started once the push is published, not before: a worker that idles on the empty
-        queue plans its pop for empty tables (the previous run's archive emptied them and
-        autovacuum truncated them), and psycopg's prepared statement then keeps that plan,
-        nested loops over sequential scans, for the million rows: a pop took minutes.
-        Started after the publish, its pops are planned for the rows that are there."""
+        Started once the push is published, so that its rate is the worker's alone. (A
+        worker idling on the emptied queue used to keep a pop planned for empty tables,
+        nested loops over sequential scans, and one pop over the million rows took minutes;
+        the publish now analyzes the tables, which makes every session plan again.)"""
         command = [
             sys.executable,
             "manage.py",
