@@ -14,21 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: The archive's rows, with each one's latency in seconds (a temporary view of the session).
+#: The archive's rows, with each one's latency in seconds (a temporary view of the session,
+#: made from a DataFrame: the folder and the queue name are values, not SQL text).
 LATENCY_VIEW = "page_view_latency"
-LATENCY_SQL = f"""
-CREATE OR REPLACE TEMPORARY VIEW {LATENCY_VIEW} AS
-SELECT unix_micros(enqueued_at) AS enqueued_us,
-       unix_micros(finished_at) AS finished_us,
-       CAST(unix_micros(finished_at) - unix_micros(enqueued_at) AS DOUBLE) / 1e6 AS latency
-FROM parquet.`{{root}}`
-WHERE queue = '{{queue}}' AND state = 'done'
-"""
-#: Messages and latency percentiles per bucket of ``{seconds}`` seconds of finish time, the
-#: buckets counted from ``{origin}`` (epoch microseconds): 0 for the clock's minutes.
+LATENCY_COLUMNS = (
+    "unix_micros(enqueued_at) AS enqueued_us",
+    "unix_micros(finished_at) AS finished_us",
+    "CAST(unix_micros(finished_at) - unix_micros(enqueued_at) AS DOUBLE) / 1e6 AS latency",
+)
+#: Messages and latency percentiles per bucket of ``:seconds`` seconds of finish time, the
+#: buckets counted from ``:origin`` (epoch microseconds): 0 for the clock's minutes. Named
+#: parameters, bound by Spark.
 BUCKETS_SQL = f"""
-SELECT {{origin}} + floor((finished_us - {{origin}}) / ({{seconds}} * 1000000))
-                    * {{seconds}} * 1000000 AS start_us,
+SELECT :origin + floor((finished_us - :origin) / (:seconds * 1000000))
+                 * :seconds * 1000000 AS start_us,
        count(*) AS messages,
        percentile_approx(latency, 0.5) AS p50,
        percentile_approx(latency, 0.99) AS p99
@@ -91,7 +90,7 @@ def _time(micros: int) -> dt.datetime:
 def buckets(spark: Any, seconds: int, origin_us: int = 0) -> list[Bucket]:
     """The finished messages (of the latency view) grouped by ``seconds`` of finish time,
     counted from ``origin_us``: by default the clock's own (whole minutes, ...)."""
-    rows = spark.sql(BUCKETS_SQL.format(seconds=seconds, origin=origin_us)).collect()
+    rows = spark.sql(BUCKETS_SQL, args={"seconds": seconds, "origin": origin_us}).collect()
     return [Bucket(_time(r.start_us), r.messages, r.p50, r.p99) for r in rows]
 
 
@@ -103,7 +102,11 @@ def chart_bucket(span: float) -> int:
 
 def analyse(spark: Any, root: str, queue: str) -> Analysis:
     """Query the archive in ``root`` (a folder the archive job writes) for queue ``queue``."""
-    spark.sql(LATENCY_SQL.format(root=root.replace("`", "``"), queue=queue))
+    from pyspark.sql import functions as sf
+
+    archive = spark.read.parquet(root)
+    done = archive.where((sf.col("queue") == queue) & (sf.col("state") == "done"))
+    done.selectExpr(*LATENCY_COLUMNS).createOrReplaceTempView(LATENCY_VIEW)
     totals = spark.sql(TOTALS_SQL).collect()[0]
     if not totals.messages:
         raise ValueError(f"the archive in {root} holds no processed item of queue {queue!r}")
