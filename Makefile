@@ -85,10 +85,12 @@ $(STAMP52): pyproject.toml | venv
 
 # Only the Django-facing reliability tests (worker crashes through runqueueworker): the ring's
 # concurrency and bloat tests drive the core alone, which Django's version does not change;
-# likewise the SQLAlchemy fronts (-m "not sqlalchemy"), which do not touch Django.
+# likewise the SQLAlchemy fronts (-m "not sqlalchemy"), which do not touch Django, and the
+# Spark tests (-m "not spark": a JVM each, ~2 minutes; the Django commands that start Spark,
+# archivequeue and demospark, use only the management API both versions share).
 test-django52: $(STAMP52) ## Run the Django and conformance tests on Django 5.2 LTS
 	$(VENV52)/bin/python scripts/run_tests.py tests/django tests/conformance tests/example \
-		tests/reliability/test_crashes.py -m "not sqlalchemy" $(PYTEST_ARGS)
+		tests/reliability/test_crashes.py -m "not sqlalchemy and not spark" $(PYTEST_ARGS)
 
 lint: venv ## Check the code with ruff (lint and formatting)
 	$(VENV)/bin/ruff check .
