@@ -121,7 +121,6 @@ class DBQueueDataSource(DataSource):
                 max_attempts=int_option(self.options, "maxAttempts", defaults.max_attempts)
                 or defaults.max_attempts,
                 keep_done=bool_option(self.options, "keepDone"),
-                notify_interval=None,
             )
             with connect(self.info) as conn:
                 self._queue = load_queue(conn, self.table, options)

@@ -251,6 +251,22 @@ def test_overwrite_missing_tables_and_other_databases_are_refused(
         df.write.format("dbqueue").option("queue", split.table).mode("append").save()
 
 
+@pytest.mark.parametrize("capacity", [None, 500], ids=["split", "ring"])
+def test_a_published_write_wakes_the_listening_workers(
+    spark: SparkSession,
+    spark_dsn: str,
+    make_queue: Callable[[QueueSpec], QueueSpec],
+    table_name: str,
+    capacity: int | None,
+) -> None:
+    spec = make_queue(QueueSpec(table_name, SIMPLE, QueueOptions(capacity=capacity)))
+    with psycopg.connect(spark_dsn, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{spec.channel}"')
+        write(numbers(spark, 300), spark_dsn, spec.table)
+        # At most a second for what the publish's commit already sent.
+        assert list(listener.notifies(timeout=1.0, stop_after=1))
+
+
 # -- ring queues --------------------------------------------------------------------------------
 
 
