@@ -281,7 +281,9 @@ class Layout:
         tokens = to_tokens(items)
         if not tokens:
             return []
-        params = {**self._token_params(tokens), "strict": strict, **self._clock()}
+        # The clock only where the statement reads it: a keep_done ack records when it finished.
+        clock = self._clock() if self.spec.options.keep_done else {}
+        params = {**self._token_params(tokens), "strict": strict, **clock}
         rows = self._run(ex, "ack", params)
         if strict:
             self._check_leased(ex, tokens, rows, "ack")

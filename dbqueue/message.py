@@ -101,6 +101,14 @@ class QueueStats:
             counts["capacity"] = self.capacity
         return counts
 
+    def report(self) -> dict[str, Any]:
+        """What the adapters' ``stats()`` return: :meth:`as_dict`, and for a ring queue its
+        ``occupancy`` too."""
+        counts = self.as_dict()
+        if self.capacity is not None:
+            counts["occupancy"] = self.occupancy
+        return counts
+
 
 @dataclass(frozen=True, slots=True)
 class RescueResult:

@@ -64,6 +64,8 @@ _WAIT_FIRST, _WAIT_MAX = 0.001, 0.05
 EMPTY, READY, LEASED, RETRYING = 0, 1, 2, 3
 #: The states of the slots that hold a message, by name (what the adapters filter items by).
 ITEM_STATES = {"ready": READY, "leased": LEASED, "retrying": RETRYING}
+#: The slot state that ``purge`` (and what counts like it) empties for a message state.
+PURGE_SLOT_STATES = {State.READY: READY, State.LEASED: LEASED}
 
 
 def item_state(state: State | str | int) -> int:
@@ -562,7 +564,7 @@ class RingQueue(Layout):
         removed = 0
         with ex.atomic():
             if value in (None, State.READY, State.LEASED):
-                slot_state = {State.READY: 1, State.LEASED: 2}.get(value)  # type: ignore[arg-type]
+                slot_state = PURGE_SLOT_STATES.get(value)  # type: ignore[arg-type]
                 removed += len(self._run(ex, "purge", {"slot_state": slot_state}))
             if value in (None, State.FAILED):
                 removed += len(self._run(ex, "purge_failed", {}))

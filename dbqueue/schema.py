@@ -7,6 +7,18 @@ from dbqueue.dialects.base import Dialect
 from dbqueue.errors import InvalidSpec
 from dbqueue.spec import QueueSpec
 
+#: The columns every split queue's data table has besides the payload (what the adapters'
+#: models and mapped classes must not declare as payload).
+SPLIT_BASE_COLUMNS = frozenset({"id", "enqueued_at", "last_error"})
+#: The columns of a split queue's meta table.
+META_COLUMNS = frozenset({"id", "state", "priority", "run_at", "attempts", "lease_until"})
+#: The columns of every ring slot table besides the payload.
+RING_BASE_COLUMNS = frozenset(
+    {"slot", "seq", "state", "attempts", "pushed_at", "lease_until", "last_error"}
+)
+#: The columns of every ring failed table besides the payload.
+FAILED_BASE_COLUMNS = frozenset({"id", "attempts", "pushed_at", "failed_at", "last_error"})
+
 
 def create_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
     """CREATE TABLE/INDEX statements for a split queue, in order."""
@@ -181,6 +193,15 @@ def drop_ring_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
     else:
         drop_tables = [f"DROP TABLE IF EXISTS {q(t)}" for t in tables]
     return drop_tables + drop_ring_counter_statements(spec, dialect)
+
+
+def ring_refill_statements(spec: QueueSpec, dialect: Dialect, *, start: int) -> list[str]:
+    """New counters and slots for an empty ring table, numbered on from ``start``: what the
+    adapters' migrations run to create a ring's slots or to change its capacity."""
+    return [
+        *drop_ring_counter_statements(spec, dialect),
+        *ring_slot_statements(spec, dialect, start=start),
+    ]
 
 
 def drop_ring_counter_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:

@@ -215,11 +215,7 @@ class DjangoQueue[M: "BaseQueueModel"]:
         """Counts per state and ``oldest_ready_age`` (a timedelta, or None); for a ring also
         ``capacity`` and ``occupancy`` (the share of slots holding a message)."""
         core, ex = self._bind()
-        stats = core.stats(ex)
-        counts = stats.as_dict()
-        if stats.capacity is not None:
-            counts["occupancy"] = stats.occupancy
-        return counts
+        return core.stats(ex).report()
 
     def purge(self, state: State | str | int | None = None) -> int:
         """Delete every item in ``state`` ("ready", "leased", "done", "failed"; None: all)."""

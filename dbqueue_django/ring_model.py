@@ -11,16 +11,14 @@ from django.db.models.base import ModelBase
 
 from dbqueue.errors import InvalidSpec
 from dbqueue.ring import EMPTY, LEASED, READY, RETRYING
+from dbqueue.schema import FAILED_BASE_COLUMNS, RING_BASE_COLUMNS
 from dbqueue_django.slots import RingSlots
 from dbqueue_django.spec import options_of, payload_fields
 
 SLOT_STATES = [(EMPTY, "empty"), (READY, "ready"), (LEASED, "leased"), (RETRYING, "retrying")]
-#: The columns of every slot table besides the payload.
-RING_BASE_FIELDS = frozenset(
-    {"slot", "seq", "state", "attempts", "pushed_at", "lease_until", "last_error"}
-)
-#: The columns of every failed table besides the payload.
-FAILED_BASE_FIELDS = frozenset({"id", "attempts", "pushed_at", "failed_at", "last_error"})
+#: The columns of every slot table, and of every failed table, besides the payload.
+RING_BASE_FIELDS = RING_BASE_COLUMNS
+FAILED_BASE_FIELDS = FAILED_BASE_COLUMNS
 
 
 def make_failed_model(

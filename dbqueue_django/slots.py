@@ -32,7 +32,7 @@ from django.db.backends.ddl_references import Statement
 
 from dbqueue.errors import QueueTableMissing
 from dbqueue.ring import RingQueue
-from dbqueue.schema import drop_ring_counter_statements, ring_slot_statements
+from dbqueue.schema import ring_refill_statements
 from dbqueue.spec import QueueOptions, QueueSpec, index_name
 from dbqueue_django.executor import DjangoExecutor, dialect_for
 
@@ -119,12 +119,9 @@ def next_number(connection: BaseDatabaseWrapper, spec: QueueSpec) -> int:
 def fill_statements(connection: BaseDatabaseWrapper, spec: QueueSpec) -> list[str]:
     """The statements that give an empty ring table its slots and new counters, numbered on
     from the old counters if there are any (a capacity change), from 0 otherwise."""
-    dialect = dialect_for(connection)
-    start = next_number(connection, spec)
-    return [
-        *drop_ring_counter_statements(spec, dialect),
-        *ring_slot_statements(spec, dialect, start=start),
-    ]
+    return ring_refill_statements(
+        spec, dialect_for(connection), start=next_number(connection, spec)
+    )
 
 
 def check_empty(connection: BaseDatabaseWrapper, spec: QueueSpec) -> None:

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import models
 
 from dbqueue.errors import InvalidSpec
+from dbqueue.schema import SPLIT_BASE_COLUMNS
 from dbqueue.spec import NO_DEFAULT, Field, FieldKind, QueueOptions, QueueSpec, options_from
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ KINDS: dict[str, FieldKind] = {
     "UUIDField": FieldKind.UUID,
 }
 #: The columns every split queue model has; they are not payload.
-BASE_FIELDS = frozenset({"id", "enqueued_at", "last_error"})
+BASE_FIELDS = SPLIT_BASE_COLUMNS
 
 
 def payload_fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:

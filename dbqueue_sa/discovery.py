@@ -23,25 +23,18 @@ import sqlalchemy as sa
 from dbqueue.errors import InvalidSpec
 from dbqueue.executor import Executor
 from dbqueue.message import State
-from dbqueue.ring import EMPTY, LEASED, READY, RingQueue
+from dbqueue.ring import EMPTY, PURGE_SLOT_STATES, RingQueue
+from dbqueue.schema import FAILED_BASE_COLUMNS, META_COLUMNS, RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
 from dbqueue.split import SplitQueue
 from dbqueue.worker_queue import AnyQueue
 from dbqueue_sa.executor import SAExecutor
 from dbqueue_sa.mixins import RingQueueMixin
 from dbqueue_sa.queue import SAQueue
-from dbqueue_sa.spec import (
-    FAILED_BASE_COLUMNS,
-    RING_BASE_COLUMNS,
-    SPLIT_BASE_COLUMNS,
-    to_field,
-)
+from dbqueue_sa.spec import to_field
 from dbqueue_sa.tables import core_dialect
 
 log = logging.getLogger("dbqueue.cli")
-
-#: The columns of a split queue's meta table.
-META_COLUMNS = frozenset({"id", "state", "priority", "run_at", "attempts", "lease_until"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +86,7 @@ class FoundQueue:
             return [Ids(column, where)]
         seq, slot_state = self.items.c.seq, self.items.c.state
         failed = Ids(self.failed.c.id, sa.true())
-        slots = {State.READY: READY, State.LEASED: LEASED}
+        slots = PURGE_SLOT_STATES
         if state is None:
             return [Ids(seq, slot_state != EMPTY), failed]
         if state is State.FAILED:

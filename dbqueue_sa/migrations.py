@@ -49,7 +49,7 @@ from dbqueue.errors import DBQueueError
 from dbqueue.ring import RingQueue
 from dbqueue.schema import (
     drop_ring_counter_statements,
-    ring_slot_statements,
+    ring_refill_statements,
     ring_tuning_statements,
     tuning_statements,
 )
@@ -138,10 +138,7 @@ def fill_statements(
                 f"alter_queue_ring)"
             )
         start = next_number(connection, spec)
-    return [
-        *drop_ring_counter_statements(spec, dialect),
-        *ring_slot_statements(spec, dialect, start=start),
-    ]
+    return ring_refill_statements(spec, dialect, start=start)
 
 
 def empty_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:

@@ -25,11 +25,10 @@ from sqlalchemy import event
 from sqlalchemy.orm import Mapped, Mapper, mapped_column
 
 from dbqueue.errors import InvalidSpec
+from dbqueue.schema import RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import QueueSpec
 from dbqueue_sa.spec import (
-    RING_BASE_COLUMNS,
     RING_BASE_KINDS,
-    SPLIT_BASE_COLUMNS,
     SPLIT_BASE_KINDS,
     build_spec,
     check_base_columns,

@@ -282,11 +282,7 @@ class SAQueue[M]:
         """Counts per state and ``oldest_ready_age`` (a timedelta, or None); for a ring also
         ``capacity`` and ``occupancy`` (the share of slots holding a message)."""
         core, ex = self._bind(target)
-        stats = core.stats(ex)
-        counts = stats.as_dict()
-        if stats.capacity is not None:
-            counts["occupancy"] = stats.occupancy
-        return counts
+        return core.stats(ex).report()
 
     def purge(self, target: Target, state: State | str | int | None = None) -> int:
         """Delete every item in ``state`` ("ready", "leased", "done", "failed"; None: all)."""

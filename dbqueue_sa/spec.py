@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.sql.schema import ColumnDefault
 
 from dbqueue.errors import InvalidSpec
+from dbqueue.schema import FAILED_BASE_COLUMNS, RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import NO_DEFAULT, Field, FieldKind, QueueOptions, QueueSpec, options_from
 
 #: SQLAlchemy types and the kinds they store, most specific first (BigInteger is an Integer,
@@ -46,7 +47,7 @@ SPLIT_BASE_KINDS: Mapping[str, frozenset[FieldKind]] = {
     "enqueued_at": _DATETIME,
     "last_error": _TEXT,
 }
-SPLIT_BASE_COLUMNS = frozenset(SPLIT_BASE_KINDS)
+assert frozenset(SPLIT_BASE_KINDS) == SPLIT_BASE_COLUMNS
 #: The columns of every ring slot table besides the payload, and their kinds.
 RING_BASE_KINDS: Mapping[str, frozenset[FieldKind]] = {
     "slot": _INTEGERS,
@@ -57,9 +58,7 @@ RING_BASE_KINDS: Mapping[str, frozenset[FieldKind]] = {
     "lease_until": _DATETIME,
     "last_error": _TEXT,
 }
-RING_BASE_COLUMNS = frozenset(RING_BASE_KINDS)
-#: The columns of every ring failed table besides the payload.
-FAILED_BASE_COLUMNS = frozenset({"id", "attempts", "pushed_at", "failed_at", "last_error"})
+assert frozenset(RING_BASE_KINDS) == RING_BASE_COLUMNS
 RING_HINT = (
     "use dbqueue_sa.RingQueueMixin for a bounded ring of preallocated slots, or remove it "
     "from this QueueMixin class"
