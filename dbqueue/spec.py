@@ -333,5 +333,11 @@ class QueueSpec:
     @property
     def lock_key(self) -> int:
         """A signed 64-bit advisory-lock key, stable across processes, for this queue."""
-        digest = hashlib.blake2b(f"dbqueue:{self.table}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big", signed=True)
+        return advisory_key(f"dbqueue:{self.table}")
+
+
+def advisory_key(name: str) -> int:
+    """A signed 64-bit advisory-lock key for ``name``, the same in every process (a hash of
+    it, not Python's per-process ``hash``)."""
+    digest = hashlib.blake2b(name.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)

@@ -8,7 +8,8 @@ from typing import ClassVar
 from dbqueue.dialects.base import Converter, Dialect
 from dbqueue.spec import Field, FieldKind
 
-_TYPES = {
+#: The column type of each payload kind.
+COLUMN_TYPES = {
     FieldKind.SMALLINT: "smallint",
     FieldKind.INTEGER: "integer",
     FieldKind.BIGINT: "bigint",
@@ -72,7 +73,7 @@ class PostgreSQL(Dialect):
             return f"varchar({f.max_length})"
         if f.kind is FieldKind.DECIMAL and f.max_digits is not None:
             return f"numeric({f.max_digits},{f.decimal_places or 0})"
-        return _TYPES[f.kind]
+        return COLUMN_TYPES[f.kind]
 
     def array_param(self, name: str) -> str:
         # Binary, always: psycopg dumps a list of str in text format under %s, quoting and

@@ -466,7 +466,7 @@ def archived_ids(spark: Any, uris: list[str]) -> Iterator[int]:
     1.4 s this way, 4.0 s through a global sort and toLocalIterator."""
     for uri in uris:
         column = spark.read.parquet(uri).select("id").toArrow().column(0)
-        yield from sorted(column.to_pylist())
+        yield from column.sort().to_pylist()  # sorted by Arrow, not by Python
 
 
 def _staging(run: str) -> str:

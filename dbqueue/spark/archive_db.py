@@ -8,7 +8,6 @@ holds the run's advisory lock, and each delete batch is one statement, so its ow
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -17,6 +16,7 @@ import psycopg
 
 from dbqueue.errors import DBQueueError
 from dbqueue.spark.catalog import DIALECT, FoundQueue, run
+from dbqueue.spec import advisory_key
 from dbqueue.sql import render
 
 
@@ -27,8 +27,7 @@ class ArchiveBusy(DBQueueError):
 def lock_key(table: str) -> int:
     """The advisory-lock key of the archive runs of queue ``table`` (signed 64-bit, the same in
     every process; distinct from the queue's own rescue lock)."""
-    digest = hashlib.blake2b(f"dbqueue-archive:{table}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+    return advisory_key(f"dbqueue-archive:{table}")
 
 
 class ArchiveTable:

@@ -15,30 +15,20 @@ from typing import Any
 
 import psycopg
 
-from dbqueue.dialects.postgresql import PostgreSQL
+from dbqueue.dialects.postgresql import COLUMN_TYPES, PostgreSQL
 from dbqueue.errors import InvalidSpec, QueueTableMissing
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
 from dbqueue.sql import Statement, render
 
 DIALECT = PostgreSQL()
 
-#: PostgreSQL's spelling of each payload type (``format_type``), parameters stripped.
+#: PostgreSQL's spelling of each payload type (``format_type``), parameters stripped: the
+#: types the core creates, and the spellings another tool may have used for the same kinds.
 _KINDS = {
-    "smallint": FieldKind.SMALLINT,
-    "integer": FieldKind.INTEGER,
-    "bigint": FieldKind.BIGINT,
-    "double precision": FieldKind.FLOAT,
+    **{spelling: kind for kind, spelling in COLUMN_TYPES.items()},
     "real": FieldKind.FLOAT,
-    "numeric": FieldKind.DECIMAL,
-    "text": FieldKind.TEXT,
     "character varying": FieldKind.TEXT,
-    "boolean": FieldKind.BOOLEAN,
-    "timestamp with time zone": FieldKind.DATETIME,
-    "date": FieldKind.DATE,
-    "jsonb": FieldKind.JSON,
     "json": FieldKind.JSON,
-    "bytea": FieldKind.BYTES,
-    "uuid": FieldKind.UUID,
 }
 _TYPE = re.compile(r"^(?P<name>[a-z ]+?)(?:\((?P<args>[0-9, ]+)\))?$")
 #: Columns of the layouts' own, not payload.

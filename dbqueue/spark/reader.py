@@ -116,16 +116,18 @@ def to_batch(
     """Rows of a read statement (the meta columns, then the payload) as an Arrow batch of the
     read schema; the state number becomes its name."""
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema.fields]
+    types = [arrow_type(f.dataType) for f in schema.fields]
     arrays = []
-    for i, (field, values) in enumerate(zip(schema.fields, columns, strict=True)):
+    for i, (field, values, kind) in enumerate(zip(schema.fields, columns, types, strict=True)):
         if i == 1:
             values = tuple(names[int(v)] for v in values)
         elif isinstance(field.dataType, T.DecimalType):
             values = tuple(spark_decimal(v, field) for v in values)
-        arrays.append(pa.array(values, type=arrow_type(field.dataType)))
-    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(
-        [pa.field(f.name, arrow_type(f.dataType), f.nullable) for f in schema.fields]
-    ))  # fmt: skip
+        arrays.append(pa.array(values, type=kind))
+    arrow_schema = pa.schema(
+        [pa.field(f.name, kind, f.nullable) for f, kind in zip(schema.fields, types, strict=True)]
+    )
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
 def id_ranges(lo: int, end: int, parts: int) -> list[tuple[int, int]]:

@@ -17,9 +17,13 @@ SELECT pg_advisory_unlock(%(key)s);
 -- The cut-off on the database's clock, the clock that wrote every run_at and failed_at.
 SELECT statement_timestamp() - %(older_than)s::interval;
 
+-- _archivable_split --
+-- A fragment: X(c) of a split queue's meta row m (done or failed, finished before c).
+m.state IN (2, 3) AND m.run_at < %(cutoff)s::timestamptz
+
 -- archive_split_count --
 SELECT count(*) FROM {meta} AS m JOIN {data} AS d ON d.id = m.id
-WHERE m.state IN (2, 3) AND m.run_at < %(cutoff)s::timestamptz;
+WHERE {_archivable_split};
 
 -- archive_ring_count --
 SELECT count(*) FROM {failed} WHERE failed_at < %(cutoff)s::timestamptz;
@@ -31,8 +35,7 @@ SELECT count(*) FROM {failed} WHERE failed_at < %(cutoff)s::timestamptz;
 -- row's newest version), so the two never both win. Meta and data rows go in one statement.
 WITH m AS (
     DELETE FROM {meta} AS m
-    WHERE m.id = ANY(%(ids)b::bigint[]) AND m.state IN (2, 3)
-      AND m.run_at < %(cutoff)s::timestamptz
+    WHERE m.id = ANY(%(ids)b::bigint[]) AND {_archivable_split}
     RETURNING m.id
 ), d AS (
     DELETE FROM {data} AS d USING m WHERE d.id = m.id

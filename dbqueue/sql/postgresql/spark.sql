@@ -95,6 +95,18 @@ WITH taken AS (
 )
 SELECT * FROM taken ORDER BY part, ord;
 
+-- _split_columns --
+-- A fragment: the read schema's columns of a split queue's item (meta, then data).
+m.id, m.state, m.priority, m.attempts, d.enqueued_at, m.run_at, m.lease_until,
+       d.last_error{read_d}
+
+-- _ring_columns --
+-- A fragment: the read schema's columns of a ring's message; one waiting for a retry is due
+-- at lease_until.
+t.seq, t.state, 0, t.attempts, t.pushed_at,
+       CASE WHEN t.state = 3 THEN t.lease_until ELSE t.pushed_at END, t.lease_until,
+       t.last_error{read_t}
+
 -- spark_bounds_split --
 -- The id range and count of a split queue's items in the given states (finished before a
 -- time, when given: run_at of done and failed items is when they finished).
@@ -103,8 +115,7 @@ WHERE state = ANY(%(states)s::smallint[])
   AND (%(before)s::timestamptz IS NULL OR run_at < %(before)s::timestamptz);
 
 -- spark_read_split --
-SELECT m.id, m.state, m.priority, m.attempts, d.enqueued_at, m.run_at, m.lease_until,
-       d.last_error{read_d}
+SELECT {_split_columns}
 FROM {meta} AS m JOIN {data} AS d ON d.id = m.id
 WHERE m.id >= %(lo)s AND m.id < %(hi)s AND m.state = ANY(%(states)s::smallint[])
   AND (%(before)s::timestamptz IS NULL OR m.run_at < %(before)s::timestamptz)
@@ -114,10 +125,8 @@ ORDER BY m.id;
 SELECT min(seq), max(seq), count(*) FROM {ring} WHERE state = ANY(%(states)s::smallint[]);
 
 -- spark_read_ring --
--- A ring's messages by number (seq); a message waiting for a retry is due at lease_until.
-SELECT t.seq, t.state, 0, t.attempts, t.pushed_at,
-       CASE WHEN t.state = 3 THEN t.lease_until ELSE t.pushed_at END, t.lease_until,
-       t.last_error{read_t}
+-- A ring's messages by number (seq).
+SELECT {_ring_columns}
 FROM {ring} AS t
 WHERE t.seq >= %(lo)s AND t.seq < %(hi)s AND t.state = ANY(%(states)s::smallint[])
 ORDER BY t.seq;
@@ -136,8 +145,7 @@ ORDER BY f.id;
 
 -- spark_items_split --
 -- A stream batch's items by id, whatever their state now (a replayed batch reads the same).
-SELECT m.id, m.state, m.priority, m.attempts, d.enqueued_at, m.run_at, m.lease_until,
-       d.last_error{read_d}
+SELECT {_split_columns}
 FROM unnest(%(ids)b::bigint[]) AS k(id)
 JOIN {meta} AS m ON m.id = k.id
 JOIN {data} AS d ON d.id = k.id
@@ -145,9 +153,7 @@ ORDER BY m.id;
 
 -- spark_items_ring --
 -- Like spark_read_ring (a replayed batch may find an item waiting for its retry).
-SELECT t.seq, t.state, 0, t.attempts, t.pushed_at,
-       CASE WHEN t.state = 3 THEN t.lease_until ELSE t.pushed_at END, t.lease_until,
-       t.last_error{read_t}
+SELECT {_ring_columns}
 FROM unnest(%(ids)b::bigint[]) AS k(id)
 JOIN {ring} AS t ON t.slot = mod(k.id, %(capacity)s::bigint) AND t.seq = k.id
 ORDER BY t.seq;
