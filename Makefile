@@ -7,6 +7,9 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# A second venv with Django 5.2 LTS (see test-django52).
+VENV52 ?= .venv-django52
+STAMP52 := $(VENV52)/.installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 DEMO_ARGS ?=
@@ -48,9 +51,10 @@ demo: venv ## Run the example shop's demo (embedded PostgreSQL unless DATABASE_U
 demo-spark: venv ## Spark demo: 1M page views pushed from a DataFrame, drained, archived to Parquet, charted
 	cd example_project && $(abspath $(PY)) manage.py demospark $(DEMO_ARGS)
 
-test: venv ## Run the whole test suite (PostgreSQL and SQLite), then the Django 5.2 LTS run
-	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
-	@$(MAKE) --no-print-directory test-django52
+# One run_tests.py for every suite, so the log ends on the whole run's total (CI reads its last
+# line, "N passed, N failed").
+test: venv $(STAMP52) ## Run the whole test suite (PostgreSQL and SQLite), then the Django 5.2 LTS run
+	$(PY) scripts/run_tests.py --also django52 $(VENV52)/bin/python $(PYTEST_ARGS)
 
 bench: venv ## Run the full benchmark (every system and workload); report in bench/results/<date>
 	$(PY) -m bench $(BENCH_ARGS)
@@ -72,8 +76,6 @@ bench-spark-push: venv ## Measure the Spark bulk push vs push_many (1M split, 20
 
 # The supported Django versions are 5.2 LTS and 6.x: the Django-facing tests run once more in
 # a second venv with Django 5.2 (the main venv has the newest 6.x).
-VENV52 ?= .venv-django52
-STAMP52 := $(VENV52)/.installed
 
 $(STAMP52): pyproject.toml | venv
 	@if ! $(VENV52)/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then \
@@ -83,14 +85,9 @@ $(STAMP52): pyproject.toml | venv
 	$(VENV52)/bin/python -m pip install -q -e '.[dev]' 'django>=5.2,<5.3'
 	@touch $@
 
-# Only the Django-facing reliability tests (worker crashes through runqueueworker): the ring's
-# concurrency and bloat tests drive the core alone, which Django's version does not change;
-# likewise the SQLAlchemy fronts (-m "not sqlalchemy"), which do not touch Django, and the
-# Spark tests (-m "not spark": a JVM each, ~2 minutes; the Django commands that start Spark,
-# archivequeue and demospark, use only the management API both versions share).
+# The tests it runs, and why only those: SUITES in scripts/run_tests.py.
 test-django52: $(STAMP52) ## Run the Django and conformance tests on Django 5.2 LTS
-	$(VENV52)/bin/python scripts/run_tests.py tests/django tests/conformance tests/example \
-		tests/reliability/test_crashes.py -m "not sqlalchemy and not spark" $(PYTEST_ARGS)
+	$(PY) scripts/run_tests.py --no-main --also django52 $(VENV52)/bin/python $(PYTEST_ARGS)
 
 lint: venv ## Check the code with ruff (lint and formatting)
 	$(VENV)/bin/ruff check .

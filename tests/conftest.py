@@ -29,7 +29,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Last, after -m, -k and --deselect: what is counted below is what the run selected.
     choice = config.getoption("--solo")
     if choice == "all":
         return
@@ -37,9 +39,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         is_solo = item.get_closest_marker("solo") is not None
         (keep if is_solo == (choice == "only") else drop).append(item)
+    if choice == "exclude":
+        _report_solo_count(len(drop))
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _report_solo_count(count: int) -> None:
+    """Tell scripts/run_tests.py how many solo tests this selection holds, so it skips a solo
+    pass that would run nothing (xdist workers all write the same count)."""
+    path = os.environ.get("DBQUEUE_SOLO_COUNT_FILE")
+    if path:
+        tmp = f"{path}.{os.getpid()}"
+        Path(tmp).write_text(str(count))
+        os.replace(tmp, path)
 
 
 @contextmanager

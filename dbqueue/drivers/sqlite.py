@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -17,9 +18,35 @@ def connect(path: str, *, timeout: float = 30.0) -> sqlite3.Connection:
     """A connection set up for a queue: autocommit, WAL, a busy timeout for concurrent writers."""
     check_version()
     conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
+    try:
+        use_wal(conn, timeout)
+        conn.execute("PRAGMA synchronous=NORMAL")
+    except BaseException:
+        conn.close()
+        raise
     return conn
+
+
+def use_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Switch the database to WAL, waiting up to ``timeout`` for the lock that takes.
+
+    Switching a rollback-journal database to WAL needs an exclusive lock, and SQLite returns
+    "database is locked" at once instead of calling the busy handler: a worker's threads that
+    opened their connections together failed their first statement (1 run in 8 of the
+    SQLAlchemy CLI test). So the switch is retried here, and skipped when the database is in WAL
+    already (the mode is stored in the file: every later connection finds it so).
+    """
+    deadline = time.monotonic() + timeout
+    pause = _LOCK_PAUSE_FIRST
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, _LOCK_PAUSE_MAX)
 
 
 class SqliteExecutor:
@@ -76,3 +103,5 @@ def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
 
 
 _SQLITE = get_dialect(SQLite.name)
+#: The first and the longest pause between attempts to switch a database to WAL.
+_LOCK_PAUSE_FIRST, _LOCK_PAUSE_MAX = 0.001, 0.05

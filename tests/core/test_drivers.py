@@ -4,6 +4,7 @@ SQLite connection setup and version check. Real databases only."""
 from __future__ import annotations
 
 import sqlite3
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -282,6 +283,35 @@ def test_connect_sets_wal_autocommit_and_a_busy_timeout(sqlite_path: str) -> Non
         assert plain.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         plain.close()
+
+
+@pytest.mark.sqlite
+def test_connections_opened_together_switch_a_database_to_wal(tmp_path: Any) -> None:
+    """Switching to WAL needs an exclusive lock that SQLite refuses at once, without its busy
+    timeout: a worker's threads that connected together failed with "database is locked"."""
+    for round_ in range(20):
+        path = str(tmp_path / f"fresh{round_}.sqlite3")
+        sqlite3.connect(path).close()  # a new database, in rollback-journal mode
+        start = threading.Barrier(4)
+        with ThreadPoolExecutor(4) as pool:
+            for future in [pool.submit(_open_and_write, path, start) for _ in range(4)]:
+                future.result()  # raises the thread's error, if any
+        check = sqlite3.connect(path)
+        try:
+            assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert check.execute("SELECT count(*) FROM t").fetchone()[0] == 4
+        finally:
+            check.close()
+
+
+def _open_and_write(path: str, start: threading.Barrier) -> None:
+    start.wait()
+    conn = connect(path)
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS t (x integer)")
+        conn.execute("INSERT INTO t VALUES (1)")
+    finally:
+        conn.close()
 
 
 @pytest.mark.parametrize("version", ["3.34.1", "3.34.0", "3.7.17", "2.8.17"])
