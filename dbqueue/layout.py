@@ -281,13 +281,17 @@ class Layout:
         tokens = to_tokens(items)
         if not tokens:
             return []
+        return sorted(self._ack_tokens(ex, tokens, strict))
+
+    def _ack_tokens(self, ex: Executor, tokens: list[Token], strict: bool) -> list[int]:
+        """Ack ``tokens`` (at least one); the ids acked, in any order."""
         # The clock only where the statement reads it: a keep_done ack records when it finished.
         clock = self._clock() if self.spec.options.keep_done else {}
         params = {**self._token_params(tokens), "strict": strict, **clock}
         rows = self._run(ex, "ack", params)
         if strict:
             self._check_leased(ex, tokens, rows, "ack")
-        return sorted(int(r[0]) for r in rows)
+        return [int(r[0]) for r in rows]
 
     def fail(
         self,
@@ -311,11 +315,24 @@ class Layout:
         backoff = self.spec.options.backoff
         delays = [delay if delay is not None else backoff.delay(t[1] or 1) for t in tokens]
         errors = [e[:MAX_ERROR_CHARS] for e in errors]
-        params = self._fail_params(tokens, delays, errors)
-        rows = self._run(ex, "fail", {**params, "strict": strict})
+        rows = self._fail_tokens(ex, tokens, delays, errors, strict)
+        return {int(r[0]): State(r[1]) for r in rows}
+
+    def _fail_tokens(
+        self,
+        ex: Executor,
+        tokens: list[Token],
+        delays: list[dt.timedelta],
+        errors: list[str],
+        strict: bool,
+    ) -> list[Row]:
+        """Fail ``tokens`` (each with its back-off delay and error text); rows of (id, new
+        state)."""
+        params = {**self._fail_params(tokens, delays, errors), "strict": strict}
+        rows = self._run(ex, "fail", params)
         if strict:
             self._check_leased(ex, tokens, rows, "fail")
-        return {int(r[0]): State(r[1]) for r in rows}
+        return rows
 
     def _fail_params(
         self, tokens: list[Token], delays: list[dt.timedelta], errors: list[str]
@@ -335,6 +352,10 @@ class Layout:
         if not tokens:
             return []
         lease = self._lease(lease)
+        return self._extend_tokens(ex, tokens, lease)
+
+    def _extend_tokens(self, ex: Executor, tokens: list[Token], lease: dt.timedelta) -> list[int]:
+        """Extend the leases of ``tokens`` (at least one); the ids extended."""
         params = {**self._token_params(tokens), "lease": lease, **self._clock(lease_until=lease)}
         return [int(r[0]) for r in self._run(ex, "extend", params)]
 

@@ -34,6 +34,13 @@ class Dialect(ABC):
     client_clock: ClassVar[bool] = False
     #: ``RETURNING`` rows come back in the statement's ``ORDER BY`` order.
     orders_returning: ClassVar[bool] = False
+    #: Numbers come from sequences, outside transactions: a number taken by a statement that
+    #: rolls back, or by a client that dies, is gone (a ring has holes, strands and pending pop
+    #: claims to repair). Without, a ring's counters are rows changed in the same transaction.
+    supports_sequences: ClassVar[bool] = False
+    #: Other connections write while a transaction is open (row locks, not one write lock for
+    #: the database): a push inside a transaction may wait for poppers to free a slot.
+    concurrent_writers: ClassVar[bool] = False
 
     def quote(self, identifier: str) -> str:
         """Quote an identifier that a :class:`~dbqueue.spec.QueueSpec` has already validated."""

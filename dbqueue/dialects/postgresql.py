@@ -50,6 +50,8 @@ class PostgreSQL(Dialect):
     supports_storage_parameters = True
     supports_listen_notify = True
     orders_returning = True
+    supports_sequences = True
+    concurrent_writers = True
 
     def param(self, name: str) -> str:
         return f"%({name})s"
