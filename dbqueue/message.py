@@ -78,13 +78,16 @@ class QueueStats:
     oldest_ready_age: dt.timedelta | None
     #: Ring queues: the number of slots (None for a split queue).
     capacity: int | None = None
+    #: Ring queues: the slots holding a message (the others are waiting or leased in the side
+    #: table, out of the ring).
+    in_slots: int | None = None
 
     @property
     def occupancy(self) -> float | None:
-        """Ring queues: the share of slots holding a message (ready, leased or retrying)."""
+        """Ring queues: the share of slots holding a message (ready or leased)."""
         if not self.capacity:
             return None
-        return (self.ready + self.scheduled + self.leased) / self.capacity
+        return (self.in_slots or 0) / self.capacity
 
     def as_dict(self) -> dict[str, Any]:
         """The counts by name (and ``capacity`` for a ring queue)."""
@@ -118,6 +121,9 @@ class RescueResult:
     failed: int = 0
     #: Ring queues: numbers given up on (their pusher rolled back or died) marked as holes.
     holes: int = 0
+    #: Ring queues: messages of the side table pushed again at the tail (retries whose
+    #: back-off ended, messages made ready again or put aside by a pusher).
+    returned: int = 0
 
 
 def format_age(age: dt.timedelta | None) -> str:

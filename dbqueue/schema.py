@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dbqueue.dialects.base import Dialect
 from dbqueue.errors import InvalidSpec
+from dbqueue.message import State
 from dbqueue.spec import QueueSpec
 
 #: The columns every split queue's data table has besides the payload (what the adapters'
@@ -16,8 +17,12 @@ META_COLUMNS = frozenset({"id", "state", "priority", "run_at", "attempts", "leas
 RING_BASE_COLUMNS = frozenset(
     {"slot", "seq", "state", "attempts", "pushed_at", "lease_until", "last_error"}
 )
-#: The columns of every ring failed table besides the payload.
-FAILED_BASE_COLUMNS = frozenset({"id", "attempts", "pushed_at", "failed_at", "last_error"})
+#: The columns of every ring side table (``<table>_failed``) besides the payload: the messages
+#: out of the ring, failed ones and those waiting to be pushed again or leased aside (``state``,
+#: a :class:`~dbqueue.message.State`; ``run_at``, when a waiting one is due; ``lease_until``).
+FAILED_BASE_COLUMNS = frozenset(
+    {"id", "state", "attempts", "pushed_at", "failed_at", "run_at", "lease_until", "last_error"}
+)
 
 
 def create_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
@@ -117,10 +122,23 @@ def create_ring_statements(spec: QueueSpec, dialect: Dialect, *, start: int = 0)
         f"    attempts smallint NOT NULL DEFAULT 0,\n    pushed_at {ts} NULL,\n"
         f"    lease_until {ts} NULL,\n    last_error text NULL{nullable}\n)",
         f"CREATE TABLE {failed} (\n    id bigint NOT NULL PRIMARY KEY,\n"
+        f"    state smallint NOT NULL DEFAULT {int(State.FAILED)},\n"
         f"    attempts smallint NOT NULL,\n    pushed_at {ts} NULL,\n"
-        f"    failed_at {ts} NOT NULL,\n    last_error text NULL{payload}\n)",
+        f"    failed_at {ts} NOT NULL,\n    run_at {ts} NULL,\n    lease_until {ts} NULL,\n"
+        f"    last_error text NULL{payload}\n)",
+        waiting_index_statement(spec, dialect),
     ]
     return statements + ring_slot_statements(spec, dialect, start=start)
+
+
+def waiting_index_statement(spec: QueueSpec, dialect: Dialect) -> str:
+    """The side table's index of the messages that are not failed for good: the sweeper finds
+    the due ones (and the expired leases) through it however many failed rows pile up."""
+    q = dialect.quote
+    return (
+        f"CREATE INDEX {q(spec.index_name('waiting'))} ON {q(spec.failed_table)} "
+        f"(state, run_at) WHERE state <> {int(State.FAILED)}"
+    )
 
 
 def ring_slot_statements(spec: QueueSpec, dialect: Dialect, *, start: int = 0) -> list[str]:

@@ -31,7 +31,7 @@ RESERVED_NAMES = frozenset(
     {
         "id", "state", "priority", "run_at", "attempts", "lease_until", "enqueued_at",
         "last_error", "slot", "seq", "pushed_at", "item", "queue_meta", "delay", "mode",
-        "using", "token", "queue",
+        "using", "token", "queue", "failed_at",
     }
 )  # fmt: skip
 

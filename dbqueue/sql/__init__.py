@@ -100,7 +100,11 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
 
 
 def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
-    """The identifier fragments the ring-layout statements are written with."""
+    """The identifier fragments the ring-layout statements are written with, and the named
+    values they share with the Python side (``{slot_ready}``: dbqueue.ring.states)."""
+    # Here, not at the top: the ring package imports this module (through dbqueue.layout).
+    from dbqueue.ring.states import sql_constants
+
     q = dialect.quote
     fields = spec.fields
     names = [q(f.name) for f in fields]
@@ -111,6 +115,7 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         else ""
     )
     return {
+        **sql_constants(),
         "ring": q(spec.table),
         "failed": q(spec.failed_table),
         # Sequence names as text for nextval() (PostgreSQL) and as relations to read.
@@ -140,6 +145,10 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         "v_columns": "".join(f", v.{n}" for n in names),
         "s_columns": "".join(f", s.{n}" for n in names),
         "f_columns": "".join(f", f.{n}" for n in names),
+        "m_columns": "".join(f", m.{n}" for n in names),
+        "k_columns": "".join(f", k.{n}" for n in names),
+        "u_payload": "".join(f", u.{n}" for n in names),
+        "null_payload": ", NULL" * len(names),
         "t_payload": "".join(f", {dialect.payload_select('t', f)}" for f in fields),
         # RETURNING on SQLite cannot see a table alias: the table's own name.
         "ring_payload": "".join(f", {dialect.payload_select(q(spec.table), f)}" for f in fields),

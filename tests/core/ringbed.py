@@ -13,9 +13,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from dbqueue import Field, FieldKind, QueueOptions, QueueSpec, RingQueue, get_dialect
+from dbqueue import Field, FieldKind, QueueOptions, QueueSpec, RingQueue, State, get_dialect
 from dbqueue.drivers import executor_for
 from dbqueue.executor import Executor
+from dbqueue.ring import SlotState
 from dbqueue.schema import create_ring_statements, drop_ring_statements
 
 FIELDS = (Field("n", FieldKind.INTEGER), Field("note", FieldKind.TEXT, nullable=True))
@@ -65,12 +66,33 @@ class RingBed:
         rows = self.raw(f'SELECT slot, seq, state FROM "{self.spec.table}" ORDER BY slot')
         return [(int(a), int(b), int(c)) for a, b, c in rows]
 
+    def size(self) -> int:
+        """Bytes the slot table takes (PostgreSQL: with its index and TOAST; SQLite: the
+        database file's pages, which updates rewrite in place)."""
+        if self.backend == "postgresql":
+            return int(self.raw(f"SELECT pg_total_relation_size('\"{self.spec.table}\"')")[0][0])
+        pages = int(self.raw("PRAGMA page_count")[0][0])
+        return pages * int(self.raw("PRAGMA page_size")[0][0])
+
     def failed_ids(self) -> list[int]:
-        return [int(r[0]) for r in self.raw(f'SELECT id FROM "{self.spec.failed_table}"')]
+        """The numbers of the messages failed for good (in the side table)."""
+        side, failed = self.spec.failed_table, int(State.FAILED)
+        return [int(r[0]) for r in self.raw(f'SELECT id FROM "{side}" WHERE state = {failed}')]
+
+    def aside(self) -> list[tuple[int, int]]:
+        """(number, state) of the side table's rows that are not failed, by number."""
+        side, failed = self.spec.failed_table, int(State.FAILED)
+        rows = self.raw(f'SELECT id, state FROM "{side}" WHERE state <> {failed} ORDER BY id')
+        return [(int(a), int(b)) for a, b in rows]
 
     def expire_leases(self) -> None:
+        """Every lease expired, and every back-off over (in the slots and the side table)."""
         past = "'2000-01-01 00:00:00+00'" if self.backend == "postgresql" else "'2000-01-01'"
-        self.raw(f'UPDATE "{self.spec.table}" SET lease_until = {past} WHERE state IN (2, 3)')
+        leased, ready = int(SlotState.LEASED), int(State.READY)
+        self.raw(f'UPDATE "{self.spec.table}" SET lease_until = {past} WHERE state = {leased}')
+        side = self.spec.failed_table
+        self.raw(f'UPDATE "{side}" SET lease_until = {past} WHERE lease_until IS NOT NULL')
+        self.raw(f'UPDATE "{side}" SET run_at = {past} WHERE state = {ready}')
 
     def dead_pusher(self) -> int:
         """A pusher takes a number and dies before writing it (PostgreSQL only)."""

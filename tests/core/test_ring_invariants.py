@@ -49,7 +49,7 @@ class RingMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.poppers = [self.bed.peer() for _ in range(POPPERS)]
-        self.sequences = self.bed.queue.dialect.supports_writable_cte
+        self.sequences = self.bed.queue.dialect.supports_sequences
         self.next_n = 0
         self.pushed: set[int] = set()
         self.final: Counter[int] = Counter()  # acked, or popped at-most-once / transactionally
@@ -94,15 +94,30 @@ class RingMachine(RuleBasedStateMachine):
     def pusher_takes_a_number(self) -> None:
         self.late.append((self.bed.dead_pusher(), self._payload()))
 
+    @rule(k=st.integers(1, 3), commit=st.booleans())
+    def push_in_a_transaction(self, k: int, commit: bool) -> None:
+        """A caller's transaction pushes (never moving another message aside), then commits
+        or rolls back (PostgreSQL: its numbers become holes)."""
+        ns = [self._payload() for _ in range(k)]
+        try:
+            with self.bed.transaction():
+                self.bed.queue.push_many(self.bed.ex, [{"n": n} for n in ns])
+                if not commit:
+                    raise _RolledBack
+        except (_RolledBack, QueueFull):
+            return
+        self.pushed.update(ns)
+
     @precondition(lambda self: self.late)
     @rule()
     def late_pusher_writes(self) -> None:
         number, n = self.late.pop(0)
-        values = self.bed.queue.codec.encode({"n": n})
-        [(outcome, _)] = self.bed.queue._try_push(self.bed.ex, [(number, values)])
-        if outcome == "landed":
+        q, ex = self.bed.queue, self.bed.ex
+        values = q.codec.encode({"n": n})
+        (row,) = q._try_hot(ex, [values], [(0, number)], locked=False)
+        if row.landed or q._blocked(ex, number, values, evict=True).landed:
             self.pushed.add(n)
-        else:  # full, or given up on as a hole: the rest of the protocol, as push() does it
+        else:  # full, or given up on: the rest of the protocol, as push() does it
             self._push(n)
 
     # -- poppers ----------------------------------------------------------------------------
@@ -195,7 +210,8 @@ class RingMachine(RuleBasedStateMachine):
             stats = self.bed.queue.stats(self.bed.ex)
             if stats.ready + stats.leased + stats.scheduled == 0:
                 break
-        failed = {int(r[0]) for r in self.bed.raw(f'SELECT n FROM "{self.bed.spec.failed_table}"')}
+        side = self.bed.spec.failed_table
+        failed = {int(r[0]) for r in self.bed.raw(f'SELECT n FROM "{side}" WHERE state = 3')}
         lost = self.pushed - set(self.final) - failed
         assert not lost, f"pushed but never delivered: {sorted(lost)}"
         assert not failed & set(self.final), "a failed message was also delivered for good"

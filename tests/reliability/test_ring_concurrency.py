@@ -34,7 +34,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from dbqueue import DeliveryMode, RingQueue
+from dbqueue import DeliveryMode, QueueFull, RingQueue
 from dbqueue.drivers import executor_for
 from dbqueue.executor import Executor
 from dbqueue.schema import create_ring_statements, drop_ring_statements
@@ -493,16 +493,19 @@ def report(
     print(f"{what}: {figures}")
 
 
-def test_a_push_that_does_not_land_leaves_its_slot_unlocked(pg_dsn: str, table_name: str) -> None:
-    """Minimal reproduction (a ring of 4 slots): pusher B, in a transaction, waits for a free
-    slot for number 4 (the ring is full). Message 0 is popped, and while B retries number 4, a
-    popper's transaction marks 4 as a hole (B took too long). B's retry waited for that mark,
-    failed its recheck, and goes on waiting in its transaction for a slot for its new number 5.
-    Slot 0, empty and free for number 8, must stay usable meanwhile: pusher A's push of 8
-    lands at once. With the bug, B holds slot 0's row lock, and A would wait for B's whole
-    transaction (here A's lock_timeout of 2 s fires instead)."""
-    config = Config(dsn=pg_dsn, table=table_name, capacity=4, hole_timeout=0.0,
-                    stranded_after=3600.0, push_timeout=30.0)  # fmt: skip
+def test_a_push_in_a_transaction_never_waits_for_a_slot_nor_keeps_one(
+    pg_dsn: str, table_name: str
+) -> None:
+    """A push inside a caller's transaction never waits for a slot's row lock, and holds none of
+    a slot it did not write. A ring of 4 slots is full (0..3); popper H, in its transaction,
+    has taken message 0 (it holds slot 0's row). Pusher B, in a transaction, takes number 4,
+    whose slot is locked: it trades it for 5 at once (never waiting for H), whose slot holds
+    message 1, not yet claimed: backpressure, then QueueFull. B was never seen waiting for a
+    lock, and slot 0 stays lockable by anyone once H commits, B's transaction still open (a
+    plain UPDATE that had waited for H and failed its recheck would hold the row until B
+    ends)."""
+    config = Config(dsn=pg_dsn, table=table_name, capacity=4, hole_timeout=3600.0,
+                    stranded_after=3600.0, push_timeout=1.0)  # fmt: skip
     spec = config.spec()
     ring = sql.Identifier(table_name)
     conns: list[psycopg.Connection[Any]] = []
@@ -515,75 +518,44 @@ def test_a_push_that_does_not_land_leaves_its_slot_unlocked(pg_dsn: str, table_n
     admin, queue, ex = client()
     for statement in create_ring_statements(spec, DIALECT):
         admin.execute(statement)
-    b_conn, b_queue, b_ex = client()
-    outcome: list[object] = []
-
-    def pusher_b() -> None:
-        try:
-            with b_conn.transaction():
-                outcome.append(b_queue.push(b_ex, {"key": 4, "body": "4:"}))
-        except Exception as exc:  # the connection closed by the test, at the end
-            outcome.append(exc)
-
-    b = threading.Thread(target=pusher_b)
     try:
         queue.push_many(ex, [{"key": k, "body": f"{k}:"} for k in range(4)])  # full: 0..3
-        b.start()
-        # A transactional popper takes message 0, its transaction still open...
-        p_conn, p_queue, p_ex = client()
-        p_conn.execute("BEGIN")
-        assert [m.id for m in p_queue.pop_batch(p_ex, 1, mode="transactional")] == [0]
-        # ...a popper that claimed 1..3 died, and popper H, in a transaction, will claim 4 and
-        # mark it as a hole. Pin the moment: H locks slot 0 as the pop of 0 commits, so B's
-        # next retry of 4 finds the slot free but locked, and waits for H.
-        admin.execute(sql.SQL("SELECT setval({}, 3)").format(sql.Literal(spec.pop_seq)))
         h_conn, h_queue, h_ex = client()
         h_conn.execute("BEGIN")
-        lock = sql.SQL("SELECT 1 FROM {} WHERE slot = 0 FOR UPDATE").format(ring)
-        locker = threading.Thread(target=h_conn.execute, args=(lock,))
-        locker.start()
-        wait_for_lock(admin, h_conn, waiting=True)
-        p_conn.execute("COMMIT")
-        locker.join(10)
-        wait_for_lock(admin, b_conn, waiting=True)
-        assert h_queue.pop_batch(h_ex, 1, mode="transactional") == []  # claims 4: a hole
+        assert [m.id for m in h_queue.pop_batch(h_ex, 1, mode="transactional")] == [0]
+        b_conn, b_queue, b_ex = client()
+        waits: list[bool] = []
+        watching = threading.Event()
+
+        def watch() -> None:
+            pid = b_conn.info.backend_pid
+            query = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
+            with psycopg.connect(pg_dsn, autocommit=True) as watcher:
+                while not watching.is_set():
+                    row = watcher.execute(query, (pid,)).fetchone()
+                    waits.append(bool(row and row[0]))
+                    time.sleep(0.005)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            b_conn.execute("BEGIN")
+            with pytest.raises(QueueFull):
+                b_queue.push(b_ex, {"key": 4, "body": "4:"})
+        finally:
+            watching.set()
+            watcher.join(10)
+        assert waits and not any(waits)
+        assert admin.execute(sql.SQL("SELECT last_value FROM {}").format(
+            sql.Identifier(spec.push_seq))).fetchone() == (5,)  # fmt: skip
         h_conn.execute("COMMIT")
-        wait_for_lock(admin, b_conn, waiting=False)  # B's retry returned: not landed
-        row = admin.execute(sql.SQL("SELECT seq, state FROM {} WHERE slot = 0").format(ring))
-        assert row.fetchone() == (4, 0)  # empty, free for number 8
-        assert not outcome  # B still waits, in its transaction, for a slot for number 5
-        # B takes number 5 at its next retry (after up to one back-off pause): wait for it,
-        # or B could draw the 8 meant for A below.
-        last = sql.SQL("SELECT last_value FROM {}").format(sql.Identifier(spec.push_seq))
-        deadline = time.monotonic() + 10
-        while admin.execute(last).fetchone() != (5,):
-            assert time.monotonic() < deadline, "pusher B never took number 5"
-            time.sleep(0.01)
-        # Numbers 5 (B's), 6 and 7 (pushers that died) are out; pusher A gets 8: slot 0.
-        admin.execute(sql.SQL("SELECT setval({}, 7)").format(sql.Literal(spec.push_seq)))
-        a_conn, a_queue, a_ex = client()
-        a_conn.execute("SET lock_timeout = '2s'")
-        assert a_queue.push(a_ex, {"key": 8, "body": "8:"}) == 8
+        with admin.transaction():
+            locked = sql.SQL("SELECT seq, state FROM {} WHERE slot = 0 FOR UPDATE NOWAIT")
+            assert admin.execute(locked.format(ring)).fetchone() == (0, 0)  # B holds nothing
+        b_conn.execute("ROLLBACK")
     finally:
         for conn in conns[1:]:
-            conn.close()  # B's next retry fails: its thread ends
-        b.join(30)
+            conn.close()
         for statement in drop_ring_statements(spec, DIALECT):
             admin.execute(statement)
         admin.close()
-
-
-def wait_for_lock(
-    admin: psycopg.Connection[Any], conn: psycopg.Connection[Any], *, waiting: bool
-) -> None:
-    """Wait until ``conn``'s session waits for a lock (``waiting``) or no longer does."""
-    pid = conn.info.backend_pid
-    deadline = time.monotonic() + 10
-    while True:
-        row = admin.execute(
-            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
-        ).fetchone()
-        if row is not None and bool(row[0]) == waiting:
-            return
-        assert time.monotonic() < deadline, f"session {pid}: waiting for a lock is not {waiting}"
-        time.sleep(0.01)

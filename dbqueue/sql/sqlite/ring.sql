@@ -3,28 +3,46 @@
 -- same transaction as the slots, so a number is consumed only by a push that lands or a pop
 -- that takes its message: there are no holes, strands or pending claims here. Multi-statement
 -- blocks run in one transaction; after a statement that returns rows, :ids is the JSON array
--- of their first column. Times are bound from Python (:now etc.) as UTC text.
+-- of their first column. Times are bound from Python (:now etc.) as UTC text. States are
+-- written as {slot_*} and {side_*} (see postgresql/ring.sql).
+-- SQLite has no data-modifying CTEs: an operation on the slots and on the side table is two
+-- statements the core runs in one transaction (ring_ack and ring_ack_side, ring_fail and
+-- ring_fail_side, ring_extend and ring_extend_side).
 
 -- ring_push --
 UPDATE {ring}
-SET seq = (SELECT value FROM {push_seq_rel}), state = 1, attempts = 0, pushed_at = :now,
-    lease_until = NULL, last_error = NULL{set_params}
-WHERE slot = (SELECT value FROM {push_seq_rel}) % :capacity AND state = 0
+SET seq = (SELECT value FROM {push_seq_rel}), state = {slot_ready}, attempts = 0,
+    pushed_at = :now, lease_until = NULL, last_error = NULL{set_params}
+WHERE slot = (SELECT value FROM {push_seq_rel}) % :capacity AND state = {slot_empty}
   AND seq = (SELECT value FROM {push_seq_rel}) - :capacity
-RETURNING seq;
+RETURNING seq AS number;
 UPDATE {push_seq_rel} SET value = value + json_array_length(:ids);
+
+-- ring_push_blocked --
+-- The next slot was not free: if a consumer holds it (a leased message), the message is moved
+-- to the side table with its token (its consumer's ack finds it there) and the slot emptied;
+-- the core then pushes again. A slot holding a ready message means the ring is full.
+INSERT INTO {failed} (id, state, attempts, pushed_at, failed_at, run_at, lease_until,
+                      last_error{columns})
+SELECT seq, {side_leased}, attempts, pushed_at, :now, NULL, lease_until, last_error{columns}
+FROM {ring}
+WHERE slot = (SELECT value FROM {push_seq_rel}) % :capacity AND state = {slot_leased}
+RETURNING id AS number;
+UPDATE {ring} SET state = {slot_empty}, lease_until = NULL
+WHERE slot = (SELECT value FROM {push_seq_rel}) % :capacity
+  AND seq IN (SELECT value FROM json_each(:ids));
 
 -- ring_next_slot --
 -- Diagnosis when a push found no free slot: the next number and its slot's seq (NULL, or a
 -- number of another slot: the table does not have the declared capacity).
-SELECT n.value, (SELECT seq FROM {ring} WHERE slot = n.value % :capacity)
+SELECT n.value AS number, (SELECT seq FROM {ring} WHERE slot = n.value % :capacity) AS slot_seq
 FROM {push_seq_rel} AS n;
 
 -- _unpopped --
--- A fragment of the pops: the first :n full slots from the pop counter on, in number order
+-- A fragment of the pops: the first :n ready slots from the pop counter on, in number order
 -- (the seq index makes this a range scan; numbers freed by an admin's delete are skipped).
 SELECT slot FROM {ring}
-WHERE state = 1 AND seq >= (SELECT value FROM {pop_seq_rel})
+WHERE state = {slot_ready} AND seq >= (SELECT value FROM {pop_seq_rel})
 ORDER BY seq
 LIMIT :n
 
@@ -34,152 +52,207 @@ SET value = max(value, coalesce((SELECT max(value) + 1 FROM json_each(:ids)), va
 
 -- ring_pop_leased --
 UPDATE {ring}
-SET state = 2, attempts = attempts + 1, lease_until = :lease_until
+SET state = {slot_leased}, attempts = attempts + 1, lease_until = :lease_until
 WHERE slot IN ({_unpopped})
-RETURNING seq, attempts, pushed_at, lease_until, last_error{ring_payload};
+RETURNING seq AS number, 1 AS taken, NULL AS slot_seq, NULL AS slot_state, attempts, pushed_at,
+          lease_until, last_error{ring_payload};
 {_advance_pop};
 
 -- ring_pop_remove --
 UPDATE {ring}
-SET state = 0, lease_until = NULL
+SET state = {slot_empty}, attempts = attempts + 1, lease_until = NULL
 WHERE slot IN ({_unpopped})
-RETURNING seq, attempts + 1, pushed_at, NULL, last_error{ring_payload};
+RETURNING seq AS number, 1 AS taken, NULL AS slot_seq, NULL AS slot_state, attempts, pushed_at,
+          NULL AS lease_until, last_error{ring_payload};
 {_advance_pop};
 
 -- _tokens --
--- A fragment of ack and fail: the slots still leased under their token; `allowed` is all of
--- them, or none when strict and any is missing.
+-- A fragment: the tokens [number, attempts, due, error] of the JSON array :tokens.
 tok AS (
     SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS attempts,
            json_extract(value, '$[2]') AS until, json_extract(value, '$[3]') AS error
     FROM json_each(:tokens)
-), mine AS (
-    SELECT t.slot FROM {ring} AS t JOIN tok ON t.slot = tok.id % :capacity
-    WHERE t.seq = tok.id AND t.state = 2 AND t.attempts = COALESCE(tok.attempts, t.attempts)
-), allowed AS (
-    SELECT slot FROM mine WHERE NOT :strict OR (SELECT count(*) FROM mine) = :count
 )
+
+-- _in_slot --
+-- A fragment: the slots holding the leased message of a token.
+SELECT t.slot FROM {ring} AS t JOIN tok ON t.slot = tok.id % :capacity
+WHERE t.seq = tok.id AND t.state = {slot_leased}
+  AND t.attempts = COALESCE(tok.attempts, t.attempts)
+
+-- _in_side --
+-- A fragment: the side rows holding the leased message of a token (a pusher moved it there).
+SELECT f.id FROM {failed} AS f JOIN tok ON f.id = tok.id
+WHERE f.state = {side_leased} AND f.attempts = COALESCE(tok.attempts, f.attempts)
 
 -- ring_ack --
 WITH {_tokens}
-UPDATE {ring} SET state = 0, lease_until = NULL
-WHERE slot IN (SELECT slot FROM allowed)
-RETURNING seq;
+UPDATE {ring} SET state = {slot_empty}, lease_until = NULL
+WHERE slot IN ({_in_slot})
+RETURNING seq AS number;
+
+-- ring_ack_side --
+WITH {_tokens}
+DELETE FROM {failed} WHERE id IN ({_in_side})
+RETURNING id AS number;
 
 -- ring_fail --
--- The failed table first (the messages that used their last attempt), then the slots: those
--- emptied, the others waiting (state 3) until the back-off ends.
+-- The slots' share of a failed attempt: the messages leave the ring at once for the side
+-- table (ready again at :tokens' due time, or failed for good once attempts >= max_attempts),
+-- freeing their slots.
 WITH {_tokens}
-INSERT INTO {failed} (id, attempts, pushed_at, failed_at, last_error{columns})
-SELECT t.seq, t.attempts, t.pushed_at, :now, tok.error{t_columns}
+INSERT INTO {failed} (id, state, attempts, pushed_at, failed_at, run_at, lease_until,
+                      last_error{columns})
+SELECT t.seq,
+       CASE WHEN t.attempts >= :max_attempts THEN {side_failed} ELSE {side_ready} END,
+       t.attempts, t.pushed_at, :now,
+       CASE WHEN t.attempts < :max_attempts THEN tok.until END, NULL, tok.error{t_columns}
 FROM {ring} AS t JOIN tok ON t.slot = tok.id % :capacity
-WHERE t.slot IN (SELECT slot FROM allowed) AND t.attempts >= :max_attempts;
+WHERE t.slot IN ({_in_slot}) AND t.seq = tok.id
+RETURNING id AS number, state;
+UPDATE {ring} SET state = {slot_empty}, lease_until = NULL
+WHERE seq IN (SELECT value FROM json_each(:ids))
+  AND slot IN (SELECT value % :capacity FROM json_each(:ids));
+
+-- ring_fail_side --
+-- A failed attempt of a message a pusher had moved to the side table: it changes state there.
 WITH {_tokens}
-UPDATE {ring} AS r
-SET state = CASE WHEN attempts >= :max_attempts THEN 0 ELSE 3 END,
-    lease_until = CASE WHEN attempts >= :max_attempts THEN NULL
-                       ELSE (SELECT tok.until FROM tok WHERE tok.id = r.seq) END,
-    last_error = (SELECT tok.error FROM tok WHERE tok.id = r.seq)
-WHERE slot IN (SELECT slot FROM allowed)
-RETURNING seq, CASE WHEN state = 0 THEN 3 ELSE 0 END;
+UPDATE {failed} AS f
+SET state = CASE WHEN attempts >= :max_attempts THEN {side_failed} ELSE {side_ready} END,
+    run_at = CASE WHEN attempts < :max_attempts
+                  THEN (SELECT tok.until FROM tok WHERE tok.id = f.id) END,
+    lease_until = NULL, failed_at = :now,
+    last_error = (SELECT tok.error FROM tok WHERE tok.id = f.id)
+WHERE id IN ({_in_side})
+RETURNING id AS number, state;
 
 -- ring_extend --
-UPDATE {ring} AS t
-SET lease_until = :lease_until
-WHERE state = 2
-  AND slot IN (SELECT json_extract(value, '$[0]') % :capacity FROM json_each(:tokens))
-  AND EXISTS (
-    SELECT 1 FROM json_each(:tokens) AS k
-    WHERE json_extract(k.value, '$[0]') = t.seq
-      AND COALESCE(json_extract(k.value, '$[1]'), t.attempts) = t.attempts
-)
-RETURNING seq;
+WITH {_tokens}
+UPDATE {ring} SET lease_until = :lease_until
+WHERE slot IN ({_in_slot})
+RETURNING seq AS number;
+
+-- ring_extend_side --
+WITH {_tokens}
+UPDATE {failed} SET lease_until = :lease_until
+WHERE id IN ({_in_side})
+RETURNING id AS number;
 
 -- ring_not_leased --
-SELECT json_extract(k.value, '$[0]')
-FROM json_each(:tokens) AS k
-WHERE NOT EXISTS (
-    SELECT 1 FROM {ring} AS t
-    WHERE t.slot = json_extract(k.value, '$[0]') % :capacity
-      AND t.seq = json_extract(k.value, '$[0]') AND t.state = 2
-      AND t.attempts = COALESCE(json_extract(k.value, '$[1]'), t.attempts)
-);
+WITH {_tokens}
+SELECT tok.id AS number FROM tok
+WHERE tok.id NOT IN (SELECT seq FROM {ring} WHERE slot IN ({_in_slot}))
+  AND tok.id NOT IN ({_in_side});
 
--- ring_victims --
--- The sweeper's work (SQLite has no strands or holes): expired leases and ended back-offs.
-SELECT slot, state = 2 AND attempts >= :max_attempts FROM {ring}
-WHERE state IN (2, 3) AND lease_until < :now
+-- ring_sweep --
+-- The sweeper's first step (SQLite has no strands or holes): expired leases leave their slots
+-- for the side table, ready again (pushed again by ring_return_one) or failed after their last
+-- attempt.
+INSERT INTO {failed} (id, state, attempts, pushed_at, failed_at, run_at, lease_until,
+                      last_error{columns})
+SELECT seq, CASE WHEN attempts >= :max_attempts THEN {side_failed} ELSE {side_ready} END,
+       attempts, pushed_at, :now, CASE WHEN attempts < :max_attempts THEN :now END, NULL,
+       :error{columns}
+FROM {ring}
+WHERE state = {slot_leased} AND lease_until < :now
 ORDER BY seq
+LIMIT :n
+RETURNING id AS number, state;
+UPDATE {ring} SET state = {slot_empty}, lease_until = NULL
+WHERE seq IN (SELECT value FROM json_each(:ids))
+  AND slot IN (SELECT value % :capacity FROM json_each(:ids));
+
+-- ring_sweep_side --
+-- Leases a pusher moved aside that expired: ready again, or failed after their last attempt.
+UPDATE {failed}
+SET state = CASE WHEN attempts >= :max_attempts THEN {side_failed} ELSE {side_ready} END,
+    run_at = CASE WHEN attempts < :max_attempts THEN :now END,
+    lease_until = NULL, failed_at = :now, last_error = :error
+WHERE id IN (
+    SELECT id FROM {failed}
+    WHERE state = {side_leased} AND lease_until < :now
+    ORDER BY id
+    LIMIT :n
+)
+RETURNING id AS number, state;
+
+-- ring_due --
+-- The ready messages of the side table that are due, oldest first: ring_return_one pushes them
+-- again one by one.
+SELECT id AS number FROM {failed}
+WHERE state = {side_ready} AND run_at <= :now
+ORDER BY run_at, id
 LIMIT :n;
 
--- ring_move --
--- One victim (:src) pushed again under the next number, into that number's slot if it is
--- free, or in place if the number is the next lap of the victim's own slot (a full ring).
+-- ring_return_one --
+-- One due message (:id) pushed again at the tail under the next number, attempts kept, if its
+-- slot is free; otherwise it stays aside (the ring is full).
 UPDATE {ring}
 SET (seq, state, attempts, pushed_at, lease_until, last_error{columns}) = (
-    SELECT n.value, 1, s.attempts, :now, NULL,
-           CASE WHEN s.state = 2 THEN :error ELSE s.last_error END{s_columns}
-    FROM {ring} AS s, {push_seq_rel} AS n WHERE s.slot = :src)
-WHERE slot = (SELECT value FROM {push_seq_rel}) % :capacity AND (state = 0 OR slot = :src)
-  AND seq = (SELECT value FROM {push_seq_rel}) - :capacity
-RETURNING seq;
-UPDATE {ring} SET state = 0, lease_until = NULL
-WHERE slot = :src AND json_array_length(:ids) > 0
-  AND slot <> (SELECT value FROM {push_seq_rel}) % :capacity;
-UPDATE {push_seq_rel} SET value = value + json_array_length(:ids);
-
--- ring_bury --
--- One victim (:src) that used its last attempt, to the failed table.
-INSERT INTO {failed} (id, attempts, pushed_at, failed_at, last_error{columns})
-SELECT seq, attempts, pushed_at, :now, :error{columns} FROM {ring} WHERE slot = :src
-RETURNING id;
-UPDATE {ring} SET state = 0, lease_until = NULL WHERE slot = :src;
-
--- ring_retry_one --
--- One failed message (:id) pushed again under the next number, attempts reset, if its slot
--- is free; otherwise it stays in the failed table.
-UPDATE {ring}
-SET (seq, state, attempts, pushed_at, lease_until, last_error{columns}) = (
-    SELECT n.value, 1, 0, :now, NULL, f.last_error{f_columns}
+    SELECT n.value, {slot_ready}, f.attempts, :now, NULL, f.last_error{f_columns}
     FROM {failed} AS f, {push_seq_rel} AS n WHERE f.id = :id)
-WHERE slot = (SELECT value FROM {push_seq_rel}) % :capacity AND state = 0
+WHERE slot = (SELECT value FROM {push_seq_rel}) % :capacity AND state = {slot_empty}
   AND seq = (SELECT value FROM {push_seq_rel}) - :capacity
-  AND EXISTS (SELECT 1 FROM {failed} WHERE id = :id)
-RETURNING seq;
+  AND EXISTS (SELECT 1 FROM {failed} WHERE id = :id AND state = {side_ready})
+RETURNING seq AS number;
 DELETE FROM {failed} WHERE id = :id AND json_array_length(:ids) > 0;
 UPDATE {push_seq_rel} SET value = value + json_array_length(:ids);
 
--- ring_delete --
--- (seq determines the slot, so the slot filter only makes this a primary-key lookup.)
-UPDATE {ring} SET state = 0, lease_until = NULL
-WHERE state <> 0 AND seq IN (SELECT value FROM json_each(:ids))
-  AND slot IN (SELECT value % :capacity FROM json_each(:ids))
-RETURNING seq;
+-- ring_next_due --
+SELECT min(CASE WHEN state = {side_ready} THEN run_at ELSE lease_until END) AS due
+FROM {failed} WHERE state IN ({side_ready}, {side_leased});
 
--- ring_delete_failed --
-DELETE FROM {failed} WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id;
+-- ring_retry --
+-- Failed messages made ready again, attempts reset; ring_return_one pushes them at the tail.
+UPDATE {failed}
+SET state = {side_ready}, attempts = 0, run_at = :now, lease_until = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = {side_failed}
+RETURNING id AS number;
+
+-- ring_delete --
+-- Messages by number in their slots, whatever their state (ring_delete_side deletes them from
+-- the side table; the core runs both in one transaction). seq determines the slot, so the slot
+-- filter only makes this a primary-key lookup.
+UPDATE {ring} SET state = {slot_empty}, lease_until = NULL
+WHERE state <> {slot_empty} AND seq IN (SELECT value FROM json_each(:ids))
+  AND slot IN (SELECT value % :capacity FROM json_each(:ids))
+RETURNING seq AS number;
+
+-- ring_delete_side --
+DELETE FROM {failed} WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id AS number;
 
 -- ring_purge --
-UPDATE {ring} SET state = 0, lease_until = NULL
-WHERE state <> 0 AND (:slot_state IS NULL OR state = :slot_state)
-RETURNING seq;
+-- Every message of a state in the slots (:state, a dbqueue.message.State: ready and leased
+-- slots; NULL: every slot), and in the side table (ring_purge_side).
+UPDATE {ring} SET state = {slot_empty}, lease_until = NULL
+WHERE state <> {slot_empty}
+  AND (:state IS NULL OR (:state = {side_ready} AND state = {slot_ready})
+       OR (:state = {side_leased} AND state = {slot_leased}))
+RETURNING seq AS number;
 
--- ring_purge_failed --
-DELETE FROM {failed} RETURNING id;
+-- ring_purge_side --
+DELETE FROM {failed} WHERE :state IS NULL OR state = :state RETURNING id AS number;
 
 -- ring_stats --
-SELECT coalesce(sum(state = 1), 0),
-       coalesce(sum(state = 3), 0),
-       coalesce(sum(state = 2), 0),
-       coalesce(sum(state = 2 AND lease_until < :now), 0),
-       0,
-       (SELECT count(*) FROM {failed}),
-       min(CASE WHEN state = 1 THEN pushed_at END),
-       :now,
-       count(*),
-       (SELECT value FROM {push_seq_rel}),
-       (SELECT value FROM {pop_seq_rel})
+SELECT coalesce(sum(state = {slot_ready}), 0)
+           + (SELECT count(*) FROM {failed} WHERE state = {side_ready} AND run_at <= :now)
+           AS ready,
+       (SELECT count(*) FROM {failed} WHERE state = {side_ready} AND run_at > :now) AS scheduled,
+       coalesce(sum(state = {slot_leased}), 0)
+           + (SELECT count(*) FROM {failed} WHERE state = {side_leased}) AS leased,
+       coalesce(sum(state = {slot_leased} AND lease_until < :now), 0)
+           + (SELECT count(*) FROM {failed} WHERE state = {side_leased} AND lease_until < :now)
+           AS expired,
+       0 AS done,
+       (SELECT count(*) FROM {failed} WHERE state = {side_failed}) AS failed,
+       min(CASE WHEN state = {slot_ready} THEN pushed_at END) AS oldest_ready,
+       :now AS now,
+       count(*) AS slots,
+       coalesce(sum(state <> {slot_empty}), 0) AS in_slots
 FROM {ring};
+
+-- ring_counters --
+SELECT (SELECT value FROM {push_seq_rel}) AS push_next, (SELECT value FROM {pop_seq_rel}) AS pop_next;
 
 -- ring_notify --
 -- SQLite has no LISTEN/NOTIFY (see split_notify); never run.

@@ -1,0 +1,105 @@
+"""What the parts of a ring queue share: its capacity, the process's pending claims, how its
+statements' rows are read, and the capabilities of the database it runs on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbqueue.dialects.base import Dialect
+from dbqueue.errors import InvalidSpec, RingCapacityMismatch
+from dbqueue.executor import Executor, Row
+from dbqueue.layout import Layout
+from dbqueue.message import Message
+from dbqueue.ring.claims import Claims
+from dbqueue.ring.states import PopRow
+from dbqueue.spec import QueueSpec
+
+#: Where a pop row's payload starts: after the columns of :class:`PopRow`.
+PAYLOAD_AT = len(PopRow._fields)
+
+
+class RingBase(Layout):
+    """The state and helpers every part of :class:`~dbqueue.ring.RingQueue` uses.
+
+    Thread-safe: it holds no connection, only the process's pending pop claims.
+    """
+
+    layout = "ring"
+
+    def __init__(self, spec: QueueSpec, dialect: Dialect) -> None:
+        if spec.options.capacity is None:
+            raise InvalidSpec(
+                f"queue {spec.table!r}: a ring queue needs QueueOptions(capacity=...), the "
+                f"number of slots its table holds"
+            )
+        self.capacity: int = spec.options.capacity
+        #: Numbers come from sequences outside transactions (PostgreSQL): pushes and pops can
+        #: take numbers they never use, so there are holes, strands and pending claims.
+        self._sequences = dialect.supports_sequences
+        super().__init__(spec, dialect)
+        self._claims = Claims()
+
+    def _params(self) -> dict[str, Any]:
+        return {"capacity": self.capacity}
+
+    def _rows[R: tuple[Any, ...]](
+        self, ex: Executor, operation: str, params: dict[str, Any], row: type[R]
+    ) -> list[R]:
+        """Run ``operation`` and read its rows by name as ``row``, a NamedTuple of its first
+        columns."""
+        width = len(row._fields)  # type: ignore[attr-defined]
+        make = row._make  # type: ignore[attr-defined]
+        return [make(r[:width]) for r in self._run(ex, operation, params)]
+
+    def _may_wait(self, ex: Executor) -> bool:
+        """Whether a push may wait for poppers to free a slot: always where other connections
+        write while a transaction is open; not inside SQLite's transaction, which holds the
+        only write lock a popper would need."""
+        return self.dialect.concurrent_writers or not ex.in_transaction()
+
+    def _mismatch(self, detail: str) -> RingCapacityMismatch:
+        return RingCapacityMismatch(
+            f"ring queue {self.spec.table!r} declares capacity {self.capacity} but its table "
+            f"does not match ({detail}). Changing capacity needs a migration while the ring is "
+            f"empty (Django: makemigrations + migrate; SQLAlchemy: an Alembic revision with "
+            f"op.create_queue_ring); see the ring queue docs"
+        )
+
+    def _check_number(self, number: int, slot_seq: int | None) -> None:
+        """Raise RingCapacityMismatch unless ``slot_seq`` is a number of ``number``'s slot."""
+        if slot_seq is None or slot_seq % self.capacity != number % self.capacity:
+            raise self._mismatch(f"slot {number % self.capacity} holds number {slot_seq}")
+
+    def _messages(self, rows: list[Row]) -> list[Message]:
+        """The messages of a pop's rows that took one, in number order."""
+        t = self.dialect.time_result
+        decode = self.codec.decode
+        messages = []
+        for r in rows:
+            row = PopRow._make(r[:PAYLOAD_AT])
+            if not row.taken:
+                continue
+            pushed = t(row.pushed_at)
+            messages.append(
+                Message(
+                    id=int(row.number),
+                    attempts=int(row.attempts or 0),
+                    priority=0,
+                    run_at=pushed,  # type: ignore[arg-type]
+                    lease_until=t(row.lease_until),
+                    enqueued_at=pushed,  # type: ignore[arg-type]
+                    last_error=row.last_error,
+                    payload=decode(r, PAYLOAD_AT),
+                )
+            )
+        messages.sort(key=lambda m: m.id)
+        return messages
+
+    def return_due(self, ex: Executor, *, batch: int | None = None) -> int:
+        """Push the side table's due ready messages again at the tail; how many (the
+        sweeper's, :class:`~dbqueue.ring.sweeper.RingSweeper`)."""
+        raise NotImplementedError
+
+    @property
+    def _hole_timeout(self) -> float:
+        return self.spec.options.hole_timeout.total_seconds()

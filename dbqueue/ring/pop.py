@@ -1,0 +1,282 @@
+"""Popping from a ring and settling what was popped: pops through claims (PostgreSQL), ack,
+ack_pop, fail and extend, in the slots and in the side table.
+
+The hot pop is one statement: new numbers from the pop sequence, their slots taken where they
+hold their message (``ring_pop_leased``, ``ring_pop_remove``, ``ring_ack_pop``). A popper that
+holds claims from earlier pops uses the ``_held`` variant of the statement, which also shows
+it the slot of each claim it did not take (see :mod:`dbqueue.ring.claims`).
+
+A leased message is normally settled in its slot. A pusher that had to pass it moved it to the
+side table with its token, so a settle that does not find a token in the slots looks there, in
+a second statement: its snapshot sees a move committed while the first one waited for the
+slot. A failed attempt always leaves the ring (ready again at the tail after its back-off, or
+failed for good): no slot waits out a back-off.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from dbqueue.errors import NotLeased
+from dbqueue.executor import Executor, Row
+from dbqueue.layout import Token, TokenLike, check_count, to_tokens
+from dbqueue.message import Message
+from dbqueue.ring.base import RingBase
+from dbqueue.ring.claims import Claim, Verdict, judge, now
+from dbqueue.ring.states import NumberRow, PopRow, SideRow
+
+
+class AckPopHead(NamedTuple):
+    """The first columns of every row of ``ring_ack_pop``: what its ack did."""
+
+    acked: int
+    acked_ids: list[int] | None
+
+
+class RingPop(RingBase):
+    """The pop and settle half of :class:`~dbqueue.ring.RingQueue`."""
+
+    # -- pop --------------------------------------------------------------------------------
+
+    def _take(
+        self, ex: Executor, operation: str, n: int, params: dict[str, Any]
+    ) -> tuple[int, list[Message]]:
+        """Run a pop (``pop_leased``, ``pop_remove`` or ``ack_pop``); the count acked and the
+        messages taken, in number order.
+
+        A claim the hot statement did not take is looked at again at once (the statement
+        for held claims shows its slot), and claims found dead (holes, numbers traded for new
+        ones, slots moved past) make room for more: the pop goes on until it has ``n``
+        messages or has only claims still pending, so a popper walks past a run of dead
+        numbers in one call. (A claim misses only while its push is in flight or when its
+        number was given up on: rare, so the hot path stays one statement.)
+        """
+        acked, messages = self._take_all(ex, operation, n, params)
+        if not messages and self.return_due(ex):
+            # The ring was empty but messages waited in the side table, due (a retry whose
+            # back-off ended, a message put aside): pushed again at the tail, and taken now
+            # rather than at the sweeper's next run.
+            pop = "pop_remove" if operation == "pop_remove" else "pop_leased"
+            messages = self._take_all(ex, pop, n, params)[1]
+        return acked, messages
+
+    def _take_all(
+        self, ex: Executor, operation: str, n: int, params: dict[str, Any]
+    ) -> tuple[int, list[Message]]:
+        if not self._sequences:
+            return 0, self._messages(self._run(ex, operation, params))
+        acked, messages, again = self._take_once(ex, operation, n, params)
+        while again and len(messages) < n:
+            rest = n - len(messages)
+            pop = "pop_remove" if operation == "pop_remove" else "pop_leased"
+            _, taken, again = self._take_once(ex, pop, rest, {**params, "n": rest})
+            messages.extend(taken)
+        return acked, sorted(messages, key=lambda m: m.id)
+
+    def _take_once(
+        self, ex: Executor, operation: str, n: int, params: dict[str, Any]
+    ) -> tuple[int, list[Message], int]:
+        """One pop statement: the count acked, the messages taken, and how many claims call
+        for another look (dead ones, and those the hot statement did not look at)."""
+        held = self._claims.take()
+        if held:
+            active = sum(1 for c in held if not c.parked)
+            statement = f"{operation}_held"
+            params = {**params, "k": max(0, n - active), "held": [c.number for c in held]}
+        else:
+            statement, params = operation, {**params, "k": n}
+        try:
+            rows = self._run(ex, statement, params)
+        except BaseException:
+            # Numbers the failed statement took are lost with it: their messages strand and
+            # are put aside to be pushed again.
+            self._claims.give_back(held)
+            raise
+        acked = 0
+        if operation == "ack_pop":
+            head = AckPopHead._make(rows[0][:2])
+            acked = int(head.acked) + self._ack_aside(ex, params, head)
+            rows = [r[2:] for r in rows if r[2] is not None]
+        messages = self._messages(rows)
+        return acked, messages, self._keep_claims(ex, rows, held, looked=bool(held))
+
+    def _keep_claims(self, ex: Executor, rows: list[Row], held: list[Claim], looked: bool) -> int:
+        """Keep the claims a pop did not take (see dbqueue.ring.claims); how many were dead or
+        not looked at."""
+        claims = {c.number: c for c in held}
+        clock = now()
+        keep: list[Claim] = []
+        holes: list[int] = []
+        again = 0
+        mismatch = False
+        for r in rows:
+            row = PopRow._make(r[: len(PopRow._fields)])
+            if row.taken:
+                continue
+            claim = claims.get(row.number) or Claim(row.number, clock)
+            if not looked:  # the hot statement did not look at the slot: the next one does
+                keep.append(claim)
+                again += 1
+                continue
+            verdict = judge(row, claim, self.capacity, self._hole_timeout, clock)
+            if verdict is Verdict.MISMATCH:
+                mismatch = True
+            elif verdict is Verdict.DEAD:
+                again += 1
+            elif verdict is Verdict.HOLE:
+                holes.append(claim.number)
+                keep.append(claim)
+            else:
+                claim.parked = verdict is Verdict.PENDING
+                keep.append(claim)
+        if holes:
+            marked = {r.number for r in self._rows(ex, "mark_holes", {"held": holes}, NumberRow)}
+            keep = [c for c in keep if c.number not in marked]
+            again += len(marked)
+        self._claims.give_back(keep)
+        if mismatch:
+            raise self._mismatch("a claimed slot holds another slot's numbers")
+        return again
+
+    @property
+    def pending_claims(self) -> int:
+        """How many pop numbers this process holds whose message it has not taken yet."""
+        return len(self._claims)
+
+    def ack_pop(
+        self,
+        ex: Executor,
+        items: TokenLike,
+        n: int,
+        *,
+        lease: dt.timedelta | None = None,
+    ) -> tuple[int, list[Message]]:
+        """Ack ``items`` (those still leased under their token, as ``strict=False``) and lease
+        up to ``n`` more, in one transaction: a worker's loop with one commit per batch.
+
+        Returns how many items were acked and the newly leased messages. On PostgreSQL this is
+        one statement (``ring_ack_pop``; an item a pusher moved to the side table is acked
+        there by a second).
+        """
+        check_count("ack_pop", n)
+        lease = self._lease(lease)
+        tokens = to_tokens(items)
+        if not tokens:
+            return 0, self.pop_batch(ex, n, lease=lease)
+        if not self.dialect.supports_writable_cte:
+            with ex.atomic():
+                acked = self._ack_tokens(ex, tokens, strict=False)
+                return len(acked), self.pop_batch(ex, n, lease=lease)
+        params = {**self._token_params(tokens), "n": n, "lease": lease}
+        return self._take(ex, "ack_pop", n, params)
+
+    def _ack_aside(self, ex: Executor, params: dict[str, Any], head: AckPopHead) -> int:
+        """After ring_ack_pop: ack in the side table the tokens its ack did not find."""
+        found = set(head.acked_ids or ())
+        rest = [
+            (i, a) for i, a in zip(params["ids"], params["attempts"], strict=True) if i not in found
+        ]
+        if not rest:
+            return 0
+        return len(self._rows(ex, "ack_side", self._token_params(rest), NumberRow))
+
+    # -- settle -----------------------------------------------------------------------------
+
+    def _settle(
+        self,
+        ex: Executor,
+        tokens: list[Token],
+        once: Callable[[list[Token]], list[Row]],
+        operation: str,
+        strict: bool,
+    ) -> list[Row]:
+        """Settle ``tokens`` with ``once`` (non-strict, in the slots and the side table; rows
+        start with the number), and once more for those it did not find: a new statement sees
+        a move to the side table that committed while the first waited for a slot. Strict: in
+        one transaction, rolled back by :class:`NotLeased` unless every token was found."""
+
+        def all_of() -> list[Row]:
+            rows = list(once(tokens))
+            found = {r[0] for r in rows}
+            missing = [t for t in tokens if t[0] not in found]
+            return rows + list(once(missing)) if missing else rows
+
+        if not strict:
+            return all_of()
+        with ex.atomic():
+            rows = all_of()
+            if len(rows) < len(tokens):
+                found = {r[0] for r in rows}
+                raise NotLeased({t[0] for t in tokens if t[0] not in found}, operation)
+            return rows
+
+    def _ack_tokens(self, ex: Executor, tokens: list[Token], strict: bool) -> list[int]:
+        if strict and self.dialect.supports_writable_cte:
+            # The common case in one statement; a token moved aside meanwhile, in a
+            # transaction.
+            params = self._token_params(tokens)
+            acked = [r.number for r in self._rows(ex, "ack_strict", params, NumberRow)]
+            if len(acked) == len(tokens):
+                return acked
+
+        def once(subset: list[Token]) -> list[Row]:
+            return [(n,) for n in self._in_slots_then_aside(ex, "ack", subset, {})]
+
+        return [int(r[0]) for r in self._settle(ex, tokens, once, "ack", strict)]
+
+    def _extend_tokens(self, ex: Executor, tokens: list[Token], lease: dt.timedelta) -> list[int]:
+        extra = {"lease": lease, **self._clock(lease_until=lease)}
+        return self._in_slots_then_aside(ex, "extend", tokens, extra)
+
+    def _in_slots_then_aside(
+        self, ex: Executor, operation: str, tokens: list[Token], extra: dict[str, Any]
+    ) -> list[int]:
+        """Run ``operation`` on the slots, then ``<operation>_side`` for the tokens it did not
+        find; the numbers done."""
+        done = [
+            r.number for r in self._rows(ex, operation, self._params_of(tokens, extra), NumberRow)
+        ]
+        found = set(done)
+        rest = [t for t in tokens if t[0] not in found]
+        if rest:
+            side = self._rows(ex, f"{operation}_side", self._params_of(rest, extra), NumberRow)
+            done += [r.number for r in side]
+        return done
+
+    def _params_of(self, tokens: list[Token], extra: dict[str, Any]) -> dict[str, Any]:
+        return {**self._token_params(tokens), **extra}
+
+    def _fail_tokens(
+        self,
+        ex: Executor,
+        tokens: list[Token],
+        delays: list[dt.timedelta],
+        errors: list[str],
+        strict: bool,
+    ) -> list[Row]:
+        """Fail ``tokens``: PostgreSQL in one statement (both tables, strict included; a token
+        moved aside meanwhile, in a transaction); SQLite in the slots, then the side table."""
+        of = {t[0]: (t, d, e) for t, d, e in zip(tokens, delays, errors, strict=True)}
+
+        def params(subset: list[Token], strict: bool) -> dict[str, Any]:
+            ts, ds, es = zip(*(of[t[0]] for t in subset), strict=True)
+            return {**self._fail_params(list(ts), list(ds), list(es)), "strict": strict}
+
+        if strict and self.dialect.supports_writable_cte:
+            rows: list[Row] = list(self._rows(ex, "fail", params(tokens, True), SideRow))
+            if len(rows) == len(tokens):
+                return rows
+
+        def once(subset: list[Token]) -> list[Row]:
+            rows: list[Row] = list(self._rows(ex, "fail", params(subset, False), SideRow))
+            if self.dialect.supports_writable_cte:
+                return rows  # the statement looks in both tables
+            found = {r[0] for r in rows}
+            rest = [t for t in subset if t[0] not in found]
+            if not rest:
+                return rows
+            return rows + list(self._rows(ex, "fail_side", params(rest, False), SideRow))
+
+        return self._settle(ex, tokens, once, "fail", strict)

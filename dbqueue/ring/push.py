@@ -1,0 +1,245 @@
+"""Pushing into a ring: the hot path, a slot that is not free, and backpressure.
+
+The hot path is one statement per message or batch (``ring_push``, ``ring_push_many``): a
+number, written into its slot if the slot is empty and holds the number minus the capacity.
+A message whose slot was not free goes through ``ring_push_blocked`` (PostgreSQL), which never
+waits for a consumer: a leased or stranded message is moved to the side table and the push
+written (outside a transaction), a gap left by dead pushers is written over, a number given
+up on or a slot being written is traded for a new number. Only a ring that really holds
+``capacity`` undelivered messages makes a push wait (backpressure), up to ``push_timeout``,
+then :class:`~dbqueue.errors.QueueFull`.
+
+A push inside the caller's transaction writes each message once, whatever it meets: an attempt
+that does not land writes nothing, and it never moves another message (that move would hold
+the other message's row until the caller commits): it takes a new number instead.
+
+SQLite has one writer and transactional counters: a push lands at the counter's slot, moving a
+leased message aside first, or the ring is full.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from dbqueue.errors import InvalidArgument, QueueFull
+from dbqueue.executor import Executor
+from dbqueue.layout import positive
+from dbqueue.ring.base import RingBase
+from dbqueue.ring.states import BlockedRow, NumberRow, PushOutcome, PushRow
+
+#: Backpressure: the first and the longest sleep between attempts of a push.
+WAIT_FIRST, WAIT_MAX = 0.001, 0.05
+
+#: A message still waiting to land: its index in the call, and its number (None: a new one).
+Pending = tuple[int, int | None]
+
+
+class RingPush(RingBase):
+    """The push half of :class:`~dbqueue.ring.RingQueue`."""
+
+    @staticmethod
+    def _fifo_only(priority: int, delay: dt.timedelta | None, run_at: dt.datetime | None) -> None:
+        if priority != 0 or isinstance(priority, bool):
+            raise InvalidArgument(
+                f"a ring queue delivers in push order: it has no priorities (got priority="
+                f"{priority!r}); use a split queue (Django: QueueModel, SQLAlchemy: "
+                f"QueueMixin) for prioritised work"
+            )
+        if delay is not None or run_at is not None:
+            raise InvalidArgument(
+                "a ring queue delivers in push order: it cannot delay a message (delay= or "
+                "run_at=); use a split queue (Django: QueueModel, SQLAlchemy: QueueMixin) for "
+                "scheduled work"
+            )
+
+    def push(
+        self,
+        ex: Executor,
+        payload: Mapping[str, Any],
+        *,
+        priority: int = 0,
+        delay: dt.timedelta | None = None,
+        run_at: dt.datetime | None = None,
+    ) -> int:
+        """Enqueue one message in the executor's transaction; return its number (its id).
+
+        Waits up to ``push_timeout`` while the ring holds ``capacity`` undelivered messages,
+        then raises QueueFull.
+        """
+        self._fifo_only(priority, delay, run_at)
+        ids = self._push_all(ex, [self.codec.encode(payload)])
+        self._wake(ex)
+        return ids[0]
+
+    def push_many(
+        self,
+        ex: Executor,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        priority: int = 0,
+        delay: dt.timedelta | None = None,
+        run_at: dt.datetime | None = None,
+        batch_size: int | None = None,
+    ) -> list[int]:
+        """Enqueue many messages, one statement per batch; return their numbers in input order.
+
+        Every row is validated before the first statement runs. A batch larger than the free
+        slots waits for poppers like a single push; if the ring stays full, QueueFull says
+        which messages were pushed (outside a transaction those are committed).
+        """
+        self._fifo_only(priority, delay, run_at)
+        encoded = [self.codec.encode(row) for row in rows]
+        size = positive("batch_size", batch_size, self.spec.options.push_many_batch)
+        ids: list[int] = []
+        for start in range(0, len(encoded), size):
+            try:
+                ids.extend(self._push_all(ex, encoded[start : start + size]))
+            except QueueFull as exc:
+                rest = len(encoded) - len(ids) - len(exc.pushed)
+                pushed = [*ids, *exc.pushed, *([None] * rest)]
+                raise QueueFull(
+                    self.spec.table, self.capacity, pushed, "after waiting push_timeout"
+                ) from None
+        if ids:
+            self._wake(ex)
+        return ids
+
+    def _push_all(self, ex: Executor, rows: list[list[Any]]) -> list[int]:
+        """Push every row, waiting for free slots (backpressure) up to push_timeout."""
+        if not self._sequences:
+            return self._push_serial(ex, rows)
+        ids: list[int | None] = [None] * len(rows)
+        pending: list[Pending] = [(i, None) for i in range(len(rows))]
+        deadline = time.monotonic() + self.spec.options.push_timeout.total_seconds()
+        evict = not ex.in_transaction()
+        pause, renewed = WAIT_FIRST, 0
+        while pending:
+            waiting, renew = self._attempt(ex, rows, pending, ids, evict)
+            pending = renew + waiting
+            renewed = renewed + 1 if renew else 0
+            # A number traded for a new one is tried again at once, unless a whole lap of them
+            # found no slot: every slot is held (by consumers, while this push may not move
+            # them), so this is a full ring too.
+            if waiting or renewed > self.capacity:
+                if time.monotonic() >= deadline:
+                    raise QueueFull(
+                        self.spec.table, self.capacity, ids, "after waiting push_timeout"
+                    )
+                self._sleep(ex, pause)
+                pause = min(pause * 2, WAIT_MAX)
+        return [n for n in ids if n is not None]
+
+    def _attempt(
+        self,
+        ex: Executor,
+        rows: list[list[Any]],
+        pending: list[Pending],
+        ids: list[int | None],
+        evict: bool,
+    ) -> tuple[list[Pending], list[Pending]]:
+        """One attempt at every pending message: the hot path, then ring_push_blocked for each
+        one that did not land. Fills ``ids``; returns what waits (same number) and what takes
+        a new number."""
+        waiting: list[Pending] = []
+        renew: list[Pending] = []
+        hot = self._try_hot(ex, rows, pending, locked=not evict)
+        for (i, _), result in zip(pending, hot, strict=True):
+            if result.landed:
+                ids[i] = result.number
+                continue
+            blocked = self._blocked(ex, result.number, rows[i], evict)
+            if blocked.landed:
+                ids[i] = result.number
+            elif blocked is PushOutcome.WAIT:
+                waiting.append((i, result.number))
+            else:
+                renew.append((i, None))
+        return waiting, renew
+
+    def _try_hot(
+        self, ex: Executor, rows: list[list[Any]], pending: list[Pending], *, locked: bool
+    ) -> list[PushRow]:
+        """The hot path for the pending messages: one statement for one, or for a batch;
+        ``locked`` inside a caller's transaction (see ``_locked`` in ring.sql)."""
+        suffix = "_locked" if locked else ""
+        params: dict[str, Any]
+        if len(pending) == 1:
+            i, number = pending[0]
+            params = dict(zip(self._param_names, rows[i], strict=True), p=number)
+            return self._rows(ex, f"push{suffix}", params, PushRow)
+        params = {"ps": [number for _, number in pending]}
+        for c, column in enumerate(zip(*(rows[i] for i, _ in pending), strict=True)):
+            params[f"c{c}"] = list(column)
+        return self._rows(ex, f"push_many{suffix}", params, PushRow)
+
+    def _blocked(self, ex: Executor, number: int, values: list[Any], evict: bool) -> PushOutcome:
+        """``ring_push_blocked`` for one number (see its comment in ring.sql)."""
+        params = dict(
+            zip(self._param_names, values, strict=True),
+            p=number,
+            evict=evict,
+            hole_timeout=self.spec.options.hole_timeout,
+        )
+        (row,) = self._rows(ex, "push_blocked", params, BlockedRow)
+        self._check_number(number, row.slot_seq)
+        return PushOutcome(row.outcome)
+
+    def _sleep(self, ex: Executor, seconds: float) -> None:
+        # The executor's own sleep where it has one: under SQLAlchemy's asyncio (run_sync) a
+        # time.sleep would stop the event loop for the whole wait.
+        getattr(ex, "sleep", time.sleep)(seconds)
+
+    # -- SQLite ---------------------------------------------------------------------------------
+
+    def _push_serial(self, ex: Executor, rows: list[list[Any]]) -> list[int]:
+        """One writer, transactional counters: the whole batch lands in one transaction, or
+        (the ring is full) none of it and the push waits, outside a transaction."""
+        deadline = time.monotonic() + self.spec.options.push_timeout.total_seconds()
+        pause = WAIT_FIRST
+        while True:
+            landed = self._try_serial(ex, rows)
+            if landed is not None:
+                return landed
+            if not self._may_wait(ex):
+                raise QueueFull(
+                    self.spec.table,
+                    self.capacity,
+                    [None] * len(rows),
+                    "and SQLite cannot wait inside a transaction (no popper can run while it "
+                    "holds the write lock)",
+                )
+            if time.monotonic() >= deadline:
+                raise QueueFull(
+                    self.spec.table, self.capacity, [None] * len(rows), "after waiting push_timeout"
+                )
+            self._sleep(ex, pause)
+            pause = min(pause * 2, WAIT_MAX)
+
+    def _try_serial(self, ex: Executor, rows: list[list[Any]]) -> list[int] | None:
+        landed: list[int] = []
+        with contextlib.suppress(_Full), ex.atomic():
+            for values in rows:
+                landed.append(self._push_one_serial(ex, values))
+            return landed
+        return None
+
+    def _push_one_serial(self, ex: Executor, values: list[Any]) -> int:
+        params = dict(zip(self._param_names, values, strict=True), **self._clock())
+        for _ in range(2):
+            pushed = self._rows(ex, "push", params, NumberRow)
+            if pushed:
+                return pushed[0].number
+            # The next slot is not free: a leased message is moved aside, then try again.
+            if not self._run(ex, "push_blocked", self._clock()):
+                break
+        number, slot_seq = self._run(ex, "next_slot", {})[0]
+        self._check_number(int(number), slot_seq)
+        raise _Full
+
+
+class _Full(Exception):
+    """Raised inside a SQLite push's transaction to undo it: the ring is full."""

@@ -1,0 +1,115 @@
+"""The ring queue: the push, pop and sweeper parts, and the operations of an administrator
+(stats, purge, delete, capacity checks)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from dbqueue.errors import InvalidArgument, RingNotEmpty
+from dbqueue.executor import Executor
+from dbqueue.layout import ZERO, TokenLike
+from dbqueue.message import Message, QueueStats, State
+from dbqueue.ring.pop import RingPop
+from dbqueue.ring.push import RingPush
+from dbqueue.ring.states import CountersRow, NumberRow, SlotState, StatsRow
+from dbqueue.ring.sweeper import RingSweeper
+
+
+class RingQueue(RingPush, RingPop, RingSweeper):
+    """Operations on one ring queue for one dialect (see :mod:`dbqueue.ring`). Thread-safe: it
+    holds no connection, only the process's pending pop claims."""
+
+    def set_priority(self, ex: Executor, ids: Iterable[TokenLike] | int, priority: int) -> int:
+        """Ring queues have no priorities: always raises InvalidArgument."""
+        raise InvalidArgument(
+            f"ring queue {self.spec.table!r} delivers in push order; it has no priorities"
+        )
+
+    def _stats_row(self, ex: Executor) -> StatsRow:
+        (row,) = self._rows(ex, "stats", self._clock(), StatsRow)
+        return row
+
+    def stats(self, ex: Executor) -> QueueStats:
+        """Counts per state (ready: in a slot or due to be pushed again; ``scheduled``: waiting
+        out a retry's back-off; leased: in a slot or moved aside), the age of the oldest ready
+        message, and the ring's capacity (its slot count in the database) and slots in use."""
+        row = self._stats_row(ex)
+        t = self.dialect.time_result
+        oldest, now = t(row.oldest_ready), t(row.now)
+        age = None if oldest is None or now is None else max(now - oldest, ZERO)
+        return QueueStats(
+            int(row.ready or 0),
+            int(row.scheduled or 0),
+            int(row.leased or 0),
+            int(row.expired or 0),
+            int(row.done or 0),
+            int(row.failed or 0),
+            age,
+            int(row.slots),
+            int(row.in_slots or 0),
+        )
+
+    def next_number(self, ex: Executor) -> int:
+        """The first number above every number the counters handed out: where a capacity
+        change numbers the new slots on from (the pop counter may run a little ahead of the
+        push counter, so the larger one is taken)."""
+        (row,) = self._rows(ex, "counters", {}, CountersRow)
+        return max(int(row.push_next), int(row.pop_next))
+
+    def check_empty(self, ex: Executor, *, drain_hint: str) -> None:
+        """Raise :class:`~dbqueue.errors.RingNotEmpty` unless the ring holds no message
+        (ready, leased or waiting to be retried; failed ones do not count), saying how to drain
+        it (``drain_hint``, in the front end's own terms)."""
+        stats = self.stats(ex)
+        held = stats.ready + stats.leased + stats.scheduled
+        if held:
+            raise RingNotEmpty(
+                f"ring queue {self.spec.table!r} holds {held} message(s) ({stats.ready} ready, "
+                f"{stats.leased} leased, {stats.scheduled} waiting to be retried): its "
+                f"{stats.capacity} slots can only be replaced (a capacity change) while it is "
+                f"empty. Nothing was changed. Drain it first: {drain_hint}"
+            )
+
+    def check(self, ex: Executor) -> None:
+        """Raise RingCapacityMismatch unless the table has exactly ``capacity`` slots."""
+        slots = self._stats_row(ex).slots
+        if slots != self.capacity:
+            raise self._mismatch(f"it has {slots} slots")
+
+    def purge(self, ex: Executor, state: State | str | int | None = None) -> int:
+        """Remove every message in ``state`` (every message if None); return how many.
+        ``ready`` and ``leased`` empty those slots and remove those of the side table,
+        ``failed`` empties the failed messages."""
+        value = None if state is None else int(State.parse(state))
+        with ex.atomic():
+            slots = self._rows(ex, "purge", {"state": value}, NumberRow)
+            aside = self._rows(ex, "purge_side", {"state": value}, NumberRow)
+        return len(slots) + len(aside)
+
+    def delete(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
+        """Remove messages by number, wherever they are (a slot, the side table)."""
+        numbers = self._ids(ids)
+        if not numbers:
+            return 0
+        params = {"ids": self.dialect.array(numbers)}
+        with ex.atomic():
+            slots = self._rows(ex, "delete", params, NumberRow)
+            aside = self._rows(ex, "delete_side", params, NumberRow)
+        return len(slots) + len(aside)
+
+
+def slot_row(message: Message, capacity: int) -> dict[str, Any]:
+    """The slot table's columns for a popped message, as the adapters build model instances
+    from them (``slot`` and ``seq`` from its number)."""
+    return {
+        **message.payload,
+        "slot": message.id % capacity,
+        "seq": message.id,
+        # A leased message keeps its slot; an at-most-once or transactional pop empties it.
+        "state": SlotState.LEASED if message.lease_until is not None else SlotState.EMPTY,
+        "attempts": message.attempts,
+        "pushed_at": message.enqueued_at,
+        "lease_until": message.lease_until,
+        "last_error": message.last_error,
+    }

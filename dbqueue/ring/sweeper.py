@@ -1,0 +1,118 @@
+"""The sweeper (``RingQueue.rescue``, run by the worker's maintenance thread) and the side
+table's way back into the ring.
+
+One sweep, in small batches, one sweeper per queue at a time:
+
+1. messages consumers left in their slots are put aside, freeing the slots: expired leases
+   (ready again, or failed after their last attempt) and, on PostgreSQL, stranded messages
+   (whose number a popper claimed long ago but never took);
+2. leases a pusher moved to the side table that expired: ready again, or failed;
+3. the side table's ready messages that are due (retries after their back-off, messages put
+   aside) are pushed again at the tail, under new numbers, where a slot is free;
+4. on PostgreSQL, holes no popper marks (their popper died too) are marked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+from dbqueue.executor import Executor
+from dbqueue.layout import RESCUE_ERROR, TokenLike, positive
+from dbqueue.message import RescueResult, State
+from dbqueue.ring.base import RingBase
+from dbqueue.ring.states import NumberRow, ReturnRow, SideRow, SweepRow
+
+
+class RingSweeper(RingBase):
+    """The sweeper half of :class:`~dbqueue.ring.RingQueue`."""
+
+    def rescue(self, ex: Executor, *, batch: int | None = None) -> RescueResult:
+        """Sweep (see the module docstring); return how many messages were made ready again
+        and failed for good, how many holes were marked and how many messages were pushed
+        again at the tail."""
+        size = positive("batch", batch, self.spec.options.rescue_batch)
+        options = self.spec.options
+        params: dict[str, Any] = {
+            "n": size,
+            "max_attempts": options.max_attempts,
+            "lock_key": self.spec.lock_key,
+            "error": RESCUE_ERROR,
+            "stranded_after": options.stranded_after,
+        }
+        ready = failed = 0
+        for operation in ("sweep", "sweep_side"):
+            r, f = self._sweep_all(ex, operation, params)
+            ready, failed = ready + r, failed + f
+        returned = self.return_due(ex, batch=size)
+        holes = 0
+        if self._sequences:
+            hole_params = {"lock_key": self.spec.lock_key, "hole_timeout": options.hole_timeout}
+            holes = len(self._run(ex, "sweep_holes", hole_params))
+        return RescueResult(ready, failed, holes, returned)
+
+    def _sweep_all(self, ex: Executor, operation: str, params: dict[str, Any]) -> tuple[int, int]:
+        """Run a sweep step in batches until it finds less than a batch; (ready, failed)."""
+        ready = failed = 0
+        size = params["n"]
+        while True:
+            if self._sequences:
+                (row,) = self._rows(ex, operation, params, SweepRow)
+                moved, buried, victims = int(row.ready), int(row.failed), int(row.victims)
+            else:
+                rows = self._rows(ex, operation, {**params, **self._clock()}, SideRow)
+                moved = sum(1 for r in rows if r.state == State.READY)
+                buried, victims = len(rows) - moved, len(rows)
+            ready, failed = ready + moved, failed + buried
+            if victims < size:
+                return ready, failed
+
+    def return_due(self, ex: Executor, *, batch: int | None = None) -> int:
+        """Push the side table's due ready messages again at the tail (while slots are free);
+        return how many."""
+        size = positive("batch", batch, self.spec.options.rescue_batch)
+        placed = 0
+        while True:
+            if self._sequences:
+                params = {"n": size, "lock_key": self.spec.lock_key}
+                (row,) = self._rows(ex, "return", params, ReturnRow)
+                placed += int(row.placed)
+                if int(row.due) < size or int(row.placed) == 0:
+                    return placed
+            else:
+                moved, due = self._return_serial(ex, size)
+                placed += moved
+                if due < size or moved < due:
+                    return placed
+
+    def _return_serial(self, ex: Executor, size: int) -> tuple[int, int]:
+        """SQLite: the due messages one by one, in one transaction; (pushed, due)."""
+        moved = 0
+        with ex.atomic():
+            clock = self._clock()
+            due = self._rows(ex, "due", {"n": size, **clock}, NumberRow)
+            for row in due:
+                if not self._run(ex, "return_one", {"id": row.number, **clock}):
+                    break  # the ring is full: the rest stay aside
+                moved += 1
+        return moved, len(due)
+
+    def next_due(self, ex: Executor) -> dt.datetime | None:
+        """When the sweeper next has work in the side table: the earliest due time of a
+        waiting message or expiry of a lease put aside; None when there is none."""
+        (row,) = self._run(ex, "next_due", {})
+        return self.dialect.time_result(row[0])
+
+    def retry(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
+        """Failed messages made ready again, attempts reset, and pushed again at the tail now
+        (those that find the ring full wait aside, ready, for the sweeper); return how many."""
+        numbers = self._ids(ids)
+        if not numbers:
+            return 0
+        params = {"ids": self.dialect.array(numbers), **self._clock()}
+        with ex.atomic():
+            retried = len(self._rows(ex, "retry", params, NumberRow))
+        if retried:
+            self.return_due(ex)
+        return retried
