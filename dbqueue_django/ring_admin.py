@@ -1,10 +1,13 @@
-"""The admin of ring queues: the messages in the ring's slots, and its failed messages.
+"""The admin of ring queues: the messages in the ring's slots, and its side table.
 
 Both lists show the ring's occupancy above them: its slots, the share in use, and how many
 messages are ready, leased, retrying (waiting out a back-off) and failed. The slots' list shows
-only slots holding a message, in push order; **Delete** empties their slots. The failed list
-offers **Retry** (each message pushed again at the tail under a new number, attempts reset;
-those that find the ring full stay failed) and **Delete**.
+only slots holding a message, in push order; **Delete** empties their slots. The side table's
+list (the failed model) shows the messages out of the ring: failed ones (the default filter),
+those waiting out a retry's back-off or put aside to be pushed again, and leases a pusher moved
+aside. It offers **Retry** for failed messages (each pushed again at the tail under a new
+number, attempts reset; those that find the ring full wait aside for a free slot) and
+**Delete**.
 """
 
 from __future__ import annotations
@@ -15,14 +18,15 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from dbqueue.ring import EMPTY
+from dbqueue.message import State
+from dbqueue.ring import SlotState
 from dbqueue_django.admin_common import (
     LIST_PAYLOAD_FIELDS,
     Count,
     QueueTableAdmin,
     changelist_url_for,
 )
-from dbqueue_django.ring_model import SLOT_STATES
+from dbqueue_django.ring_model import SIDE_STATES, SLOT_STATES
 from dbqueue_django.spec import payload_fields
 
 
@@ -62,7 +66,7 @@ class RingStateFilter(admin.SimpleListFilter):
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(str(value), name) for value, name in SLOT_STATES if value != EMPTY]
+        return [(str(value), name) for value, name in SLOT_STATES if value != SlotState.EMPTY]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
@@ -79,7 +83,7 @@ class RingQueueModelAdmin(QueueTableAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset: QuerySet[Any] = super().get_queryset(request)
-        return queryset.exclude(state=EMPTY)
+        return queryset.exclude(state=SlotState.EMPTY)
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         names = [f.name for f in payload_fields(self.model)][:LIST_PAYLOAD_FIELDS]
@@ -98,10 +102,40 @@ class RingQueueModelAdmin(QueueTableAdmin):
         return ring_counts(self.admin_site, self.model, stats)
 
 
+class SideStateFilter(admin.SimpleListFilter):
+    """Failed (the default), waiting, leased aside: the states of the side table's rows."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(str(value), name) for value, name in SIDE_STATES] + [("all", "all")]
+
+    def choices(self, changelist: Any) -> Any:
+        # No "All" entry of Django's own: the default (no parameter) is "failed".
+        for lookup, title in self.lookup_choices:
+            selected = self.value() == lookup or (self.value() is None and lookup == FAILED)
+            yield {
+                "selected": selected,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value() or FAILED
+        return queryset if value == "all" else queryset.filter(state=int(value))
+
+
+#: The side table list's default filter.
+FAILED = str(int(State.FAILED))
+
+
 class RingFailedAdmin(QueueTableAdmin):
-    """A ring's failed messages (registered for every ring's failed model automatically)."""
+    """A ring's side table: failed messages, and those out of the ring for a while
+    (registered for every ring's failed model automatically)."""
 
     actions = ["retry_messages"]  # and Django's "Delete selected"
+    list_filter = [SideStateFilter]
     ordering = ["-failed_at", "-id"]
 
     @property
@@ -110,11 +144,12 @@ class RingFailedAdmin(QueueTableAdmin):
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         names = [f.name for f in payload_fields(self.model)][:LIST_PAYLOAD_FIELDS]
-        return ["id", *names, "attempts", "pushed_at", "failed_at", "error"]
+        return ["id", *names, "state", "attempts", "pushed_at", "failed_at", "run_at", "error"]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         names = [f.name for f in payload_fields(self.model)]
-        return ["id", *names, "attempts", "pushed_at", "failed_at", "traceback"]
+        return ["id", *names, "state", "attempts", "pushed_at", "failed_at", "run_at",
+                "lease_until", "traceback"]  # fmt: skip
 
     def queue_counts(self, request: HttpRequest, stats: dict[str, Any]) -> list[Count]:
         ring = self.model.ring_model
@@ -124,8 +159,17 @@ class RingFailedAdmin(QueueTableAdmin):
     def retry_messages(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         ids = self._ids(queryset)
         done = self._queue.retry(ids)
-        stayed = len(ids) - done
-        text = f"{done} message(s) pushed again."
-        if stayed:
-            text += f" {stayed} stayed failed because the ring was full; retry them later."
-        self.message_user(request, text, messages.WARNING if stayed else messages.SUCCESS)
+        waiting = queryset.model._default_manager.using(queryset.db).filter(
+            id__in=ids, state=int(State.READY)
+        )
+        aside = waiting.count()
+        text = f"{done - aside} message(s) pushed again."
+        if aside:
+            text += (
+                f" {aside} wait(s) aside for a free slot (the ring is full): the sweeper "
+                f"pushes them as soon as there is room."
+            )
+        if done < len(ids):
+            text += f" {len(ids) - done} were not failed messages and stayed as they were."
+        warn = aside or done < len(ids)
+        self.message_user(request, text, messages.WARNING if warn else messages.SUCCESS)

@@ -10,12 +10,22 @@ from django.db import models
 from django.db.models.base import ModelBase
 
 from dbqueue.errors import InvalidSpec
-from dbqueue.ring import EMPTY, LEASED, READY, RETRYING
+from dbqueue.message import State
+from dbqueue.ring import SlotState
 from dbqueue.schema import FAILED_BASE_COLUMNS, RING_BASE_COLUMNS
+from dbqueue.spec import index_name
 from dbqueue_django.slots import RingSlots
 from dbqueue_django.spec import options_of, payload_fields
 
-SLOT_STATES = [(EMPTY, "empty"), (READY, "ready"), (LEASED, "leased"), (RETRYING, "retrying")]
+SLOT_STATES = [(int(s), s.name.lower()) for s in SlotState]
+#: The states of a row of the side table (the failed model): waiting to be pushed again at the
+#: tail (a retry's back-off, or put aside by a pusher or the sweeper), a lease a pusher moved
+#: aside, failed for good.
+SIDE_STATES = [
+    (int(State.READY), "waiting"),
+    (int(State.LEASED), "leased aside"),
+    (int(State.FAILED), "failed"),
+]
 #: The columns of every slot table, and of every failed table, besides the payload.
 RING_BASE_FIELDS = RING_BASE_COLUMNS
 FAILED_BASE_FIELDS = FAILED_BASE_COLUMNS
@@ -24,9 +34,10 @@ FAILED_BASE_FIELDS = FAILED_BASE_COLUMNS
 def make_failed_model(
     ring_model: type[models.Model], payload: list[models.Field[Any, Any]]
 ) -> type[models.Model]:
-    """Create and register ``<Model>Failed`` (table ``<table>_failed``): the messages that used
-    their last attempt, keyed by their number, with copies of the ring's ``payload`` fields
-    (made before the ring's own become nullable)."""
+    """Create and register ``<Model>Failed`` (table ``<table>_failed``): the ring's side table,
+    the messages out of the ring keyed by their number (failed for good, waiting out a retry's
+    back-off, leased aside), with copies of the ring's ``payload`` fields (made before the
+    ring's own become nullable)."""
     opts = ring_model._meta
 
     class Meta:
@@ -35,6 +46,15 @@ def make_failed_model(
         db_table = f"{opts.db_table}_failed"
         verbose_name = f"failed {opts.verbose_name}"
         verbose_name_plural = f"failed {opts.verbose_name_plural}"
+        # The messages not failed for good: the sweeper finds the due ones through it (see
+        # dbqueue.schema.waiting_index_statement).
+        indexes = [
+            models.Index(
+                fields=["state", "run_at"],
+                name=index_name(opts.db_table, "waiting"),
+                condition=~models.Q(state=int(State.FAILED)),
+            )
+        ]
 
     attrs: dict[str, Any] = {
         "__module__": ring_model.__module__,
@@ -42,9 +62,17 @@ def make_failed_model(
         "__doc__": f"The failed messages of the ring queue {opts.label}.",
         "Meta": Meta,
         "id": models.BigIntegerField(primary_key=True, editable=False),
+        "state": models.SmallIntegerField(
+            choices=SIDE_STATES,
+            default=int(State.FAILED),
+            db_default=int(State.FAILED),
+            editable=False,
+        ),
         "attempts": models.SmallIntegerField(editable=False),
         "pushed_at": models.DateTimeField(null=True, blank=True, editable=False),
         "failed_at": models.DateTimeField(editable=False),
+        "run_at": models.DateTimeField(null=True, blank=True, editable=False),
+        "lease_until": models.DateTimeField(null=True, blank=True, editable=False),
         "last_error": models.TextField(null=True, blank=True, editable=False),
         "queue_base_fields": FAILED_BASE_FIELDS,
         "ring_model": ring_model,

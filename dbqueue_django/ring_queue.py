@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
+from django.db.models.functions import Coalesce
 
 from dbqueue.message import Message, State
-from dbqueue.ring import EMPTY, RingQueue, item_state, slot_row
+from dbqueue.ring import RingQueue, SlotState, item_state, slot_row
 from dbqueue_django.queue import DjangoQueue
 
 if TYPE_CHECKING:
@@ -45,15 +46,27 @@ class RingDjangoQueue[M: "RingQueueModel"](DjangoQueue[M]):
         core.check(ex)
 
     def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:
-        """The slots holding a message, in push order; ``state`` is "ready", "leased" or
-        "retrying" (failed messages are in :meth:`failed`)."""
-        queryset = self.model._default_manager.using(self.alias).exclude(state=EMPTY)
+        """The slots holding a message, in push order; ``state`` is "ready" or "leased"
+        (failed messages, and those waiting out a retry's back-off, are in the side table:
+        :meth:`failed` and :meth:`waiting`)."""
+        queryset = self.model._default_manager.using(self.alias).exclude(state=SlotState.EMPTY)
         if state is not None:
             queryset = queryset.filter(state=item_state(state))
         return queryset.order_by("seq")
 
     def failed(self) -> models.QuerySet[Any]:
-        """The messages that used their last attempt (the ``<Model>Failed`` rows), newest
-        first, with ``last_error``, ``attempts`` and ``failed_at``."""
+        """The messages that used their last attempt (failed rows of the side table, the
+        ``<Model>Failed`` model), newest first, with ``last_error``, ``attempts`` and
+        ``failed_at``."""
         manager = self.model.failed_model._default_manager
-        return manager.using(self.alias).order_by("-failed_at", "-id")
+        return (
+            manager.using(self.alias).filter(state=int(State.FAILED)).order_by("-failed_at", "-id")
+        )
+
+    def waiting(self) -> models.QuerySet[Any]:
+        """The messages out of the ring that will come back (rows of the ``<Model>Failed``
+        side table): waiting out a retry's back-off or put aside (state "waiting", due at
+        ``run_at``), and leases a pusher moved aside ("leased aside"); soonest due first."""
+        manager = self.model.failed_model._default_manager
+        due = Coalesce("run_at", "lease_until")
+        return manager.using(self.alias).exclude(state=int(State.FAILED)).order_by(due.asc(), "id")

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from dbqueue.errors import InvalidSpec
 from dbqueue.executor import Executor
 from dbqueue.message import State
-from dbqueue.ring import EMPTY, PURGE_SLOT_STATES, RingQueue
+from dbqueue.ring import SLOT_OF_STATE, RingQueue, SlotState
 from dbqueue.schema import FAILED_BASE_COLUMNS, META_COLUMNS, RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
 from dbqueue.split import SplitQueue
@@ -78,22 +78,21 @@ class FoundQueue:
 
     def in_state(self, state: State | None) -> list[Ids]:
         """Where the ids of the items in ``state`` (None: every item) are, as the core's
-        ``purge`` counts them: a ring's ready and leased items are its full and leased slots
-        (numbered by ``seq``), its failed items the failed table's rows; it has no done ones."""
+        ``purge`` counts them: a ring's ready and leased items are in its ready and leased
+        slots (numbered by ``seq``) and in its side table with that state, its failed items in
+        the side table; it has no done ones."""
         if self.failed is None:
             column = self.items.c.id
             where = sa.true() if state is None else self.items.c.state == int(state)
             return [Ids(column, where)]
         seq, slot_state = self.items.c.seq, self.items.c.state
-        failed = Ids(self.failed.c.id, sa.true())
-        slots = PURGE_SLOT_STATES
+        side, side_state = self.failed.c.id, self.failed.c.state
         if state is None:
-            return [Ids(seq, slot_state != EMPTY), failed]
-        if state is State.FAILED:
-            return [failed]
-        if state in slots:
-            return [Ids(seq, slot_state == slots[state])]
-        return []
+            return [Ids(seq, slot_state != SlotState.EMPTY), Ids(side, sa.true())]
+        aside = Ids(side, side_state == int(state))
+        if state in SLOT_OF_STATE:
+            return [Ids(seq, slot_state == SLOT_OF_STATE[state]), aside]
+        return [aside] if state is State.FAILED else []
 
     def failed_items(self) -> Ids:
         """Where the ids of the failed items are (what ``retry`` takes)."""

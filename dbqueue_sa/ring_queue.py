@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from dbqueue.message import Message, State
-from dbqueue.ring import EMPTY, RingQueue, item_state, slot_row
+from dbqueue.ring import RingQueue, SlotState, item_state, slot_row
 from dbqueue_sa.queue import SAQueue, Target
 
 
@@ -39,19 +39,33 @@ class RingSAQueue[M](SAQueue[M]):
         core.check(ex)
 
     def items(self, state: State | str | int | None = None) -> sa.Select[Any]:
-        """A query of the slots holding a message, in push order; ``state`` is "ready",
-        "leased" or "retrying" (failed messages are in :meth:`failed`)."""
+        """A query of the slots holding a message, in push order; ``state`` is "ready" or
+        "leased" (failed messages, and those waiting out a retry's back-off, are in the side
+        table: :meth:`failed` and :meth:`waiting`)."""
         model: Any = self.model
-        query = sa.select(model).where(model.state != EMPTY).order_by(model.seq)
+        query = sa.select(model).where(model.state != SlotState.EMPTY).order_by(model.seq)
         if state is None:
             return query
         return query.where(model.state == item_state(state))
 
     def failed(self) -> sa.Select[Any]:
-        """The messages that used their last attempt (rows of the ``<table>_failed`` table),
-        newest first, with ``last_error``, ``attempts`` and ``failed_at``."""
+        """The messages that used their last attempt (failed rows of the side table
+        ``<table>_failed``), newest first, with ``last_error``, ``attempts`` and
+        ``failed_at``."""
         table = self.model.__queue_failed__  # type: ignore[attr-defined]
-        return sa.select(table).order_by(table.c.failed_at.desc(), table.c.id.desc())
+        return (
+            sa.select(table)
+            .where(table.c.state == int(State.FAILED))
+            .order_by(table.c.failed_at.desc(), table.c.id.desc())
+        )
+
+    def waiting(self) -> sa.Select[Any]:
+        """The messages out of the ring that will come back (rows of the side table): those
+        waiting out a retry's back-off or put aside (state ready, due at ``run_at``), and
+        leases a pusher moved aside (state leased); soonest due first."""
+        table = self.model.__queue_failed__  # type: ignore[attr-defined]
+        due = sa.func.coalesce(table.c.run_at, table.c.lease_until)
+        return sa.select(table).where(table.c.state != int(State.FAILED)).order_by(due, table.c.id)
 
     async def acheck(self, target: Any) -> None:
         """:meth:`check` on an AsyncSession."""

@@ -28,6 +28,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from dbqueue.dialects import Dialect, get_dialect
 from dbqueue.errors import UnsupportedDatabase
+from dbqueue.message import State
 from dbqueue.schema import drop_ring_counter_statements, ring_slot_statements, tuning_statements
 from dbqueue.spec import QueueSpec
 
@@ -203,18 +204,28 @@ def meta_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
 
 
 def failed_table(spec: QueueSpec, ring: sa.Table, payload: list[sa.Column[Any]]) -> sa.Table:
-    """The ring layout's failed table, with copies of the declared ``payload`` columns."""
+    """The ring layout's side table ``<table>_failed`` (failed messages, and those out of the
+    ring for a while), with copies of the declared ``payload`` columns."""
     base: dict[str, sa.Column[Any]] = {
         "id": sa.Column(sa.BigInteger(), primary_key=True, autoincrement=False),
+        "state": small(int(State.FAILED)),
         "attempts": sa.Column(sa.SmallInteger(), nullable=False),
         "pushed_at": timestamp(nullable=True),
         "failed_at": timestamp(nullable=False),
+        "run_at": timestamp(nullable=True),
+        "lease_until": timestamp(nullable=True),
         "last_error": sa.Column(sa.Text(), nullable=True),
     }
     for name, column in base.items():
         column.name = column.key = name
     copies = [sa.Column(c.name, c.type, nullable=c.nullable) for c in payload]
     failed = sa.Table(spec.failed_table, ring.metadata, *base.values(), *copies)
+    c = failed.c
+    waiting = c.state != int(State.FAILED)
+    sa.Index(
+        spec.index_name("waiting"), c.state, c.run_at,
+        postgresql_where=waiting, sqlite_where=waiting,
+    )  # fmt: skip
     dialect_types(failed)
     return failed
 

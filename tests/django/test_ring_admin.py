@@ -86,26 +86,44 @@ def test_the_slots_list_shows_occupancy_and_messages(superuser: Client) -> None:
     assert "38% in use" in page
 
 
-@pytest.mark.parametrize(("state", "expected"), [("1", {"R"}), ("2", {"L"}), ("3", {"W"})])
+@pytest.mark.parametrize(("state", "expected"), [("1", {"R"}), ("2", {"L"})])
 def test_the_state_filter(superuser: Client, state: str, expected: set[str]) -> None:
     push("L", "W", "R")
     _, waiting = Tick.queue.pop_batch(2)
-    Tick.queue.fail(waiting, "later", delay=dt.timedelta(hours=1))
+    Tick.queue.fail(waiting, "later", delay=dt.timedelta(hours=1))  # out of the ring
     response = superuser.get(SLOTS, {"state": state})
     assert {t.symbol for t in response.context["cl"].result_list} == expected
 
 
-def test_the_detail_page_is_read_only(superuser: Client) -> None:
+@pytest.mark.parametrize(
+    ("state", "expected"), [(None, {"DEAD"}), ("0", {"W"}), ("3", {"DEAD"}), ("all", {"DEAD", "W"})]
+)
+def test_the_side_table_lists_failed_messages_unless_asked(
+    superuser: Client, state: str | None, expected: set[str]
+) -> None:
+    make_failed("DEAD")
+    push("W")
+    (waiting,) = Tick.queue.pop_batch(1)
+    Tick.queue.fail(waiting, "later", delay=dt.timedelta(hours=1))
+    response = superuser.get(FAILED, {} if state is None else {"state": state})
+    assert {t.symbol for t in response.context["cl"].result_list} == expected
+
+
+def test_the_detail_pages_are_read_only(superuser: Client) -> None:
     (number,) = push("X")
     (item,) = Tick.queue.pop_batch(1)
-    Tick.queue.fail(item, "Traceback\nKeyError: '<k>'", delay=dt.timedelta(hours=1))
     response = superuser.get(f"{SLOTS}{number % CAPACITY}/change/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'name="_save"' not in page and 'name="symbol"' not in page
+    assert superuser.get(f"{SLOTS}add/").status_code == 403
+    Tick.queue.fail(item, "Traceback\nKeyError: '<k>'", delay=dt.timedelta(hours=1))
+    response = superuser.get(f"{FAILED}{number}/change/")  # waiting out of the ring
     assert response.status_code == 200
     page = response.content.decode()
     assert '<pre class="dbqueue-traceback">Traceback' in page
     assert "KeyError: &#x27;&lt;k&gt;&#x27;" in page
     assert 'name="_save"' not in page and 'name="symbol"' not in page
-    assert superuser.get(f"{SLOTS}add/").status_code == 403
 
 
 def test_delete_empties_the_slots(superuser: Client) -> None:
@@ -139,13 +157,18 @@ def test_retry_pushes_failed_messages_again(superuser: Client) -> None:
     assert (item.symbol, item.attempts) == ("AGAIN", 0) and item.id > number
 
 
-def test_retry_into_a_full_ring_says_how_many_stayed_failed(superuser: Client) -> None:
+def test_retry_into_a_full_ring_says_how_many_wait_for_a_slot(superuser: Client) -> None:
     failed = [make_failed("F1"), make_failed("F2")]
     push(*[f"S{i}" for i in range(CAPACITY - 1)])
     response = action(superuser, FAILED, "retry_messages", failed)
     page = response.content.decode()
-    assert "1 message(s) pushed again. 1 stayed failed because the ring was full" in page
-    assert Tick.failed_model.objects.count() == 1
+    assert "1 message(s) pushed again. 1 wait(s) aside for a free slot (the ring is full)" in page
+    (aside,) = Tick.failed_model.objects.all()
+    assert (aside.state, aside.attempts) == (State.READY, 0)  # no longer failed
+    assert not Tick.queue.failed().exists()
+    Tick.queue.pop_batch(CAPACITY, mode="at_most_once")  # room again: the sweeper pushes it
+    assert Tick.queue.rescue().returned == 1
+    assert [t.symbol for t in Tick.queue.items()] == [aside.symbol]
 
 
 def test_delete_failed_messages(superuser: Client) -> None:

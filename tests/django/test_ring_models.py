@@ -63,7 +63,8 @@ def test_the_failed_model_is_generated_in_the_same_app() -> None:
     assert apps.get_model("testapp", "TickFailed") is failed
     assert failed.ring_model is Tick  # type: ignore[attr-defined]
     assert [f.name for f in failed._meta.fields] == [
-        "id", "attempts", "pushed_at", "failed_at", "last_error", *PAYLOAD,
+        "id", "state", "attempts", "pushed_at", "failed_at", "run_at", "lease_until",
+        "last_error", *PAYLOAD,
     ]  # fmt: skip
 
 

@@ -80,7 +80,7 @@ def test_the_failed_tables_agree(alias: str, core_ring: QueueSpec) -> None:
     django = columns(alias, f"{DJANGO}_failed")
     assert django == columns(alias, core_ring.failed_table)
     assert {name for name, (nullable, *_) in django.items() if nullable} == {
-        "pushed_at", "last_error", "note",
+        "pushed_at", "run_at", "lease_until", "last_error", "note",
     }  # fmt: skip
 
 

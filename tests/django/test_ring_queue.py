@@ -21,7 +21,7 @@ from dbqueue.errors import (
     TransactionStateError,
 )
 from dbqueue.message import State
-from dbqueue.ring import EMPTY, LEASED, READY, RETRYING, RingQueue
+from dbqueue.ring import RingQueue, SlotState
 from dbqueue_django.models import RingQueueModel
 from dbqueue_django.ring_queue import RingDjangoQueue
 from tests.django.testapp.models import Tick
@@ -85,12 +85,12 @@ def test_pop_batch_returns_slot_instances(alias: str, queue: RingDjangoQueue[Tic
         "first",
     )
     assert ticks[1].note is None
-    assert first.attempts == 1 and first.state == LEASED and first.lease_until is not None
+    assert first.attempts == 1 and first.state == SlotState.LEASED and first.lease_until is not None
     assert first.pushed_at is not None and first.last_error is None
     assert first._state.db == alias and first._state.adding is False
     # The instance is the slot row as the ORM reads it.
     stored = Tick.objects.using(alias).get(pk=first.pk)
-    assert (stored.id, stored.state, stored.symbol) == (first.id, LEASED, "S1")
+    assert (stored.id, stored.state, stored.symbol) == (first.id, SlotState.LEASED, "S1")
 
 
 @pytest.mark.parametrize("mode", ["at_most_once", "transactional"])
@@ -104,7 +104,7 @@ def test_the_removing_modes_empty_the_slot(
     else:
         ticks = queue.pop_batch(2, mode=mode)
     assert [t.id for t in ticks] == numbers[:2]
-    assert all(t.state == EMPTY and t.lease_until is None for t in ticks)
+    assert all(t.state == SlotState.EMPTY and t.lease_until is None for t in ticks)
     assert [t.id for t in queue.items()] == numbers[2:]
     with pytest.raises(NotLeased):
         queue.ack(ticks)  # nothing to acknowledge: they are gone
@@ -119,7 +119,7 @@ def test_a_transactional_pop_rolled_back_keeps_the_message(
         raise RuntimeError("the caller's work failed")
     # The slot is full again. (On PostgreSQL its pop number was spent: the sweeper pushes a
     # stranded message again after stranded_after; on SQLite the counter rolled back too.)
-    assert [(t.id, t.state) for t in queue.items()] == [(number, READY)]
+    assert [(t.id, t.state) for t in queue.items()] == [(number, SlotState.READY)]
 
 
 def test_delivery_modes_check_the_transaction(alias: str, queue: RingDjangoQueue[Tick]) -> None:
@@ -152,15 +152,21 @@ def test_ack_pop_acks_and_leases_the_next(queue: RingDjangoQueue[Tick]) -> None:
     assert isinstance(following[0], Tick)
 
 
-def test_a_failure_waits_then_the_sweeper_pushes_it_again(queue: RingDjangoQueue[Tick]) -> None:
+def test_a_failure_waits_out_of_the_ring_then_the_sweeper_pushes_it_again(
+    queue: RingDjangoQueue[Tick],
+) -> None:
     (number,) = push(queue, 1)
     (item,) = queue.pop_batch(1)
     queue.fail(item, ValueError("no price feed"), delay=dt.timedelta(hours=1))
-    (slot,) = queue.items("retrying")
-    assert (slot.id, slot.state, slot.last_error) == (number, RETRYING, "ValueError: no price feed")
+    (waiting,) = queue.waiting()  # out of the ring: its slot is free meanwhile
+    assert type(waiting) is Tick.failed_model
+    assert (waiting.id, waiting.state, waiting.last_error) == (
+        number, State.READY, "ValueError: no price feed",
+    )  # fmt: skip
+    assert waiting.run_at is not None and queue.items().count() == 0
     assert queue.pop_batch(1) == []
-    assert queue.rescue().ready == 0  # its back-off has not ended
-    assert queue.stats()["scheduled"] == 1
+    assert queue.rescue().returned == 0  # its back-off has not ended
+    assert queue.stats()["scheduled"] == 1 and not queue.failed().exists()
 
 
 def test_failed_messages_move_to_the_failed_model(alias: str, queue: RingDjangoQueue[Tick]) -> None:

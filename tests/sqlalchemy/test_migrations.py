@@ -286,7 +286,9 @@ def test_removing_a_ring_drops_its_counters_and_the_downgrade_restores_it(
     migrated(cfg)
     cfg.attributes["metadata"] = job_tables()
     upgrade, downgrade = autogenerate(cfg, "0002")
-    assert sorted(ops_of(upgrade)) == ["op.drop_queue_ring", "op.drop_table", "op.drop_table"]
+    assert sorted(ops_of(upgrade)) == [
+        "op.drop_index", "op.drop_queue_ring", "op.drop_table", "op.drop_table",
+    ]  # fmt: skip
     assert "op.drop_queue_ring('sa_tick', capacity=8)\n    op.drop_table('sa_tick')" in upgrade
     assert downgrade.index("op.create_table('sa_tick'") < downgrade.index(
         "op.create_queue_ring('sa_tick', capacity=8)"

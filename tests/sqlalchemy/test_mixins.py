@@ -89,8 +89,8 @@ def test_the_ring_mixin_adds_the_failed_table() -> None:
     failed = Tick.__queue_failed__
     assert Base.metadata.tables["sa_tick_failed"] is failed
     assert list(failed.c.keys()) == [
-        "id", "attempts", "pushed_at", "failed_at", "last_error",
-        "symbol", "price", "volume", "note",
+        "id", "state", "attempts", "pushed_at", "failed_at", "run_at", "lease_until",
+        "last_error", "symbol", "price", "volume", "note",
     ]  # fmt: skip
     # An empty slot holds no message: the slot table's payload is nullable, the failed table
     # and the spec keep what was declared.

@@ -255,7 +255,7 @@ def test_the_slots_and_their_key_agree(alias: str) -> None:
 def test_the_failed_tables_agree(alias: str) -> None:
     found = same(columns, alias, suffixed(TICK, "_failed"))
     assert {name for name, (nullable, *_) in found.items() if nullable} == {
-        "pushed_at", "last_error", "note",
+        "pushed_at", "run_at", "lease_until", "last_error", "note",
     }  # fmt: skip
 
 

@@ -24,7 +24,7 @@ from dbqueue.errors import (
     TransactionStateError,
 )
 from dbqueue.message import State
-from dbqueue.ring import EMPTY, LEASED, READY, RETRYING, RingQueue
+from dbqueue.ring import RingQueue, SlotState
 from dbqueue_sa import RingQueueMixin
 from tests.sqlalchemy.models import Tick
 
@@ -91,7 +91,7 @@ def test_pop_batch_returns_transient_slot_instances(session: Session) -> None:
         "first",
     )
     assert ticks[1].note is None
-    assert (first.attempts, first.state, first.last_error) == (1, LEASED, None)
+    assert (first.attempts, first.state, first.last_error) == (1, SlotState.LEASED, None)
     assert first.lease_until is not None and first.pushed_at is not None
     assert first.pushed_at.utcoffset() is not None
     # Transient: the slot moves on to other messages, so no session tracks the instance.
@@ -100,7 +100,7 @@ def test_pop_batch_returns_transient_slot_instances(session: Session) -> None:
     stored = session.get(Tick, first.slot)
     assert stored is not None and (stored.id, stored.state, stored.symbol) == (
         first.id,
-        LEASED,
+        SlotState.LEASED,
         "S1",
     )
 
@@ -111,7 +111,7 @@ def test_the_removing_modes_empty_the_slot(session: Session, mode: str) -> None:
     ticks = Tick.queue.pop_batch(session, 2, mode=mode)
     session.commit()
     assert [t.id for t in ticks] == numbers[:2]
-    assert all(t.state == EMPTY and t.lease_until is None for t in ticks)
+    assert all(t.state == SlotState.EMPTY and t.lease_until is None for t in ticks)
     assert item_ids(session) == numbers[2:]
     with pytest.raises(NotLeased):
         Tick.queue.ack(session, ticks)  # nothing to acknowledge: they are gone
@@ -123,7 +123,9 @@ def test_a_transactional_pop_rolled_back_keeps_the_message(session: Session) -> 
     session.rollback()
     # The slot is full again (on PostgreSQL its pop number was spent: the sweeper pushes it
     # again after stranded_after).
-    assert [(t.id, t.state) for t in session.scalars(Tick.queue.items())] == [(number, READY)]
+    assert [(t.id, t.state) for t in session.scalars(Tick.queue.items())] == [
+        (number, SlotState.READY)
+    ]
 
 
 def test_at_most_once_needs_a_session_without_a_transaction(
@@ -179,15 +181,17 @@ def test_ack_pop_acks_and_leases_the_next(session: Session) -> None:
     assert acked == 2 and [(type(t), t.id) for t in following] == [(Tick, n) for n in numbers[2:]]
 
 
-def test_a_failure_waits_for_its_back_off(session: Session) -> None:
+def test_a_failure_waits_for_its_back_off_out_of_the_ring(session: Session) -> None:
     (number,) = push(session, 1)
     (item,) = Tick.queue.pop_batch(session)
     Tick.queue.fail(session, item, ValueError("no price feed"), delay=dt.timedelta(hours=1))
-    (slot,) = session.scalars(Tick.queue.items("retrying"))
-    assert (slot.id, slot.state, slot.last_error) == (number, RETRYING, "ValueError: no price feed")
+    (row,) = session.execute(Tick.queue.waiting()).all()  # its slot is free meanwhile
+    assert (row.id, row.state, row.last_error) == (number, State.READY, "ValueError: no price feed")
+    assert row.run_at.utcoffset() is not None and item_ids(session) == []
     assert Tick.queue.pop_batch(session) == []
-    assert Tick.queue.rescue(session).ready == 0  # its back-off has not ended
+    assert Tick.queue.rescue(session).returned == 0  # its back-off has not ended
     assert Tick.queue.stats(session)["scheduled"] == 1
+    assert session.execute(Tick.queue.failed()).all() == []
 
 
 def test_failed_messages_move_to_the_failed_table(session: Session) -> None:
