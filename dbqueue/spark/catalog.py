@@ -17,6 +17,7 @@ import psycopg
 
 from dbqueue.dialects.postgresql import COLUMN_TYPES, PostgreSQL
 from dbqueue.errors import InvalidSpec, QueueTableMissing
+from dbqueue.schema import FAILED_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
 from dbqueue.sql import Statement, render
 
@@ -31,9 +32,6 @@ _KINDS = {
     "json": FieldKind.JSON,
 }
 _TYPE = re.compile(r"^(?P<name>[a-z ]+?)(?:\((?P<args>[0-9, ]+)\))?$")
-#: Columns of the layouts' own, not payload.
-_SPLIT_COLUMNS = frozenset({"id", "enqueued_at", "last_error"})
-_FAILED_COLUMNS = frozenset({"id", "attempts", "pushed_at", "failed_at", "last_error"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +116,7 @@ def load_queue(
         )
     ring = bare.failed_table in found and bare.meta_table not in found
     source = bare.failed_table if ring else bare.table
-    skip = _FAILED_COLUMNS if ring else _SPLIT_COLUMNS
+    skip = FAILED_BASE_COLUMNS if ring else SPLIT_BASE_COLUMNS
     columns = run(conn, stmts["spark_columns"], {"table": source})
     fields = tuple(field_for(table, n, t, nn) for n, t, nn in columns if n not in skip)
     if not ring:

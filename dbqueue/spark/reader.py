@@ -34,23 +34,32 @@ FETCH = 10_000
 #: Rows per partition when numPartitions is not given, and the most partitions then.
 ROWS_PER_PARTITION = 100_000
 MAX_PARTITIONS = 64
-#: The state a failed-table row is read with (it has no state column).
-_FAILED = -1
 SPLIT_STATES = {s.name.lower(): int(s) for s in State}
-RING_STATES = {**ITEM_STATES, "failed": _FAILED}
+#: A ring's messages by the state a read names them with: in its slots (ready, leased), and in
+#: its side table (leased: moved aside by a pusher; retrying: waiting out a back-off or put
+#: aside to be pushed again; failed).
+RING_SLOT_STATES = {name: int(value) for name, value in ITEM_STATES.items()}
+RING_SIDE_STATES = {
+    "leased": int(State.LEASED),
+    "retrying": int(State.READY),
+    "failed": int(State.FAILED),
+}
+RING_STATES = [*RING_SLOT_STATES, *(s for s in RING_SIDE_STATES if s not in RING_SLOT_STATES)]
 #: Rounds a numeric to its Spark scale as Spark's JDBC source does (half up); room for any
 #: value that can fit a Spark decimal (38 digits) and then some.
 _DECIMALS = decimal.Context(prec=80, rounding=decimal.ROUND_HALF_UP)
 
 
-def state_names(ring: bool) -> dict[int, str]:
-    """The ``state`` text a read returns for each state number of the layout."""
-    return {v: k for k, v in (RING_STATES if ring else SPLIT_STATES).items()}
+def state_names(source: str) -> dict[int, str]:
+    """The ``state`` text a read returns for each state number of a source table ("split",
+    "ring" for a ring's slots, "failed" for its side table)."""
+    numbers = {"split": SPLIT_STATES, "ring": RING_SLOT_STATES, "failed": RING_SIDE_STATES}
+    return {v: k for k, v in numbers[source].items()}
 
 
 def parse_states(text: str | None, ring: bool) -> list[str]:
     """The states named by a ``state`` option (a comma list; every state when absent)."""
-    known = RING_STATES if ring else SPLIT_STATES
+    known = RING_STATES if ring else list(SPLIT_STATES)
     if not text:
         return list(known)
     names = [s.strip().lower() for s in text.split(",") if s.strip()]
@@ -175,9 +184,19 @@ class QueueReader(DataSourceReader):
         self.queue = queue
         self.schema = schema
         self.before = before
-        known = RING_STATES if queue.ring else SPLIT_STATES
-        self.numbers = [known[s] for s in states]
+        self.states = states
         self.requested = partitions
+
+    def _sources(self) -> list[tuple[str, list[int]]]:
+        """The tables to read and the state numbers to read in each."""
+        if not self.queue.ring:
+            return [("split", [SPLIT_STATES[s] for s in self.states])]
+        sources = []
+        for source, numbers in (("ring", RING_SLOT_STATES), ("failed", RING_SIDE_STATES)):
+            wanted = [numbers[s] for s in self.states if s in numbers]
+            if wanted:
+                sources.append((source, wanted))
+        return sources
 
     def partitions(self) -> list[IdRange]:
         """Id ranges of about equal width over the items to read (driver). ``numPartitions``
@@ -185,19 +204,10 @@ class QueueReader(DataSourceReader):
         without it, one range per 100,000 rows. An empty read has no ranges: Spark then
         reads one empty partition of its own (see :meth:`read`)."""
         stmts = statements(self.queue.spec)
-        sources: list[tuple[str, list[int]]] = []
-        slot_states = [n for n in self.numbers if n != _FAILED]
-        if self.queue.ring:
-            if slot_states:
-                sources.append(("ring", slot_states))
-            if _FAILED in self.numbers:
-                sources.append(("failed", []))
-        else:
-            sources.append(("split", self.numbers))
         found: list[tuple[str, int, int]] = []  # source, first id, id after the last
         counts: list[int] = []
         with connect(self.info) as conn:
-            for source, numbers in sources:
+            for source, numbers in self._sources():
                 params = {"states": numbers, "before": self.before}
                 lo, hi, count = run(conn, stmts[f"spark_bounds_{source}"], params)[0]
                 if count:
@@ -217,11 +227,11 @@ class QueueReader(DataSourceReader):
         if not isinstance(partition, IdRange):
             return
         stmt = statements(self.queue.spec)[f"spark_read_{partition.source}"]
-        names = state_names(self.queue.ring)
+        names = state_names(partition.source)
         params = {
             "lo": partition.lo,
             "hi": partition.hi,
-            "states": [n for n in self.numbers if n != _FAILED],
+            "states": dict(self._sources())[partition.source],
             "before": self.before,
             "capacity": self.queue.spec.options.capacity,
         }

@@ -39,6 +39,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -155,11 +156,21 @@ class QueueStream(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The items of one slice, by id (executor)."""
         assert isinstance(partition, Items)
-        stmt = statements(self.queue.spec)[f"spark_items_{self.queue.layout}"]
+        stmts = statements(self.queue.spec)
         params = {"ids": list(partition.ids), "capacity": self.queue.spec.options.capacity}
+        # A ring's items may also be in its side table: leases a pusher moved aside. Both
+        # tables are read in one snapshot: read one after the other, an item moved between the
+        # two reads was read twice.
+        sources = ["ring", "failed"] if self.queue.ring else ["split"]
         with connect(self.info) as conn:
-            rows = run(conn, stmt, params)
-        yield to_batch(rows, self.schema, state_names(self.queue.ring))
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            with conn.transaction():
+                found = [
+                    (source, run(conn, stmts[f"spark_items_{source}"], params))
+                    for source in sources
+                ]
+        batches = [to_batch(rows, self.schema, state_names(src)) for src, rows in found if rows]
+        yield from batches or [to_batch([], self.schema, {})]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Acknowledge the items of the batch that ended at ``end`` (driver)."""

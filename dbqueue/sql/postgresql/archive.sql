@@ -1,8 +1,8 @@
 -- The statements of the archive job (dbqueue.spark.archive), for split and ring queues.
 -- Placeholders in braces are identifiers from a validated QueueSpec, quoted by the dialect.
 -- The archivable set of a run with cut-off c, X(c), is: split, the meta rows in state done (2)
--- or failed (3) with run_at < c that have their data row; ring, the failed table's rows with
--- failed_at < c. Every statement that counts or deletes says so with the same predicate.
+-- or failed (3) with run_at < c that have their data row; ring, the side table's failed rows
+-- with failed_at < c. Every statement that counts or deletes says so with the same predicate.
 
 -- archive_lock --
 -- One archive run per queue at a time: a session-level advisory lock, held by the run's
@@ -25,8 +25,12 @@ m.state IN (2, 3) AND m.run_at < %(cutoff)s::timestamptz
 SELECT count(*) FROM {meta} AS m JOIN {data} AS d ON d.id = m.id
 WHERE {_archivable_split};
 
+-- _archivable_ring --
+-- A fragment: X(c) of a ring's side table row (failed, and before c).
+state = {side_failed} AND failed_at < %(cutoff)s::timestamptz
+
 -- archive_ring_count --
-SELECT count(*) FROM {failed} WHERE failed_at < %(cutoff)s::timestamptz;
+SELECT count(*) FROM {failed} WHERE {_archivable_ring};
 
 -- archive_split_delete --
 -- One batch of archived ids, fenced to the rows still in X(c): a row retried (back to ready)
@@ -43,11 +47,11 @@ WITH m AS (
 SELECT count(*) FROM m;
 
 -- archive_ring_delete --
--- A ring's retry moves a failed row back into the ring under a new number: the row is gone from
--- the failed table, and the batch skips it.
+-- A ring's retry makes a failed row ready again (and pushes it back into the ring under a new
+-- number): it no longer matches, and the batch skips it.
 WITH f AS (
     DELETE FROM {failed}
-    WHERE id = ANY(%(ids)b::bigint[]) AND failed_at < %(cutoff)s::timestamptz
+    WHERE id = ANY(%(ids)b::bigint[]) AND {_archivable_ring}
     RETURNING id
 )
 SELECT count(*) FROM f;

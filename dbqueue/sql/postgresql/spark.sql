@@ -101,11 +101,15 @@ m.id, m.state, m.priority, m.attempts, d.enqueued_at, m.run_at, m.lease_until,
        d.last_error{read_d}
 
 -- _ring_columns --
--- A fragment: the read schema's columns of a ring's message; one waiting for a retry is due
--- at lease_until.
-t.seq, t.state, 0, t.attempts, t.pushed_at,
-       CASE WHEN t.state = 3 THEN t.lease_until ELSE t.pushed_at END, t.lease_until,
-       t.last_error{read_t}
+-- A fragment: the read schema's columns of a message in a ring's slot.
+t.seq, t.state, 0, t.attempts, t.pushed_at, t.pushed_at, t.lease_until, t.last_error{read_t}
+
+-- _side_columns --
+-- A fragment: the read schema's columns of a message in a ring's side table: its run_at is when
+-- it is due again (waiting for a retry) or when it failed (or was moved aside).
+f.id, f.state, 0, f.attempts, f.pushed_at,
+       CASE WHEN f.state = {side_ready} THEN f.run_at ELSE f.failed_at END, f.lease_until,
+       f.last_error{read_f}
 
 -- spark_bounds_split --
 -- The id range and count of a split queue's items in the given states (finished before a
@@ -132,14 +136,15 @@ WHERE t.seq >= %(lo)s AND t.seq < %(hi)s AND t.state = ANY(%(states)s::smallint[
 ORDER BY t.seq;
 
 -- spark_bounds_failed --
+-- The id range and count of a ring's side table rows in the given states (dbqueue.message.State).
 SELECT min(id), max(id), count(*) FROM {failed}
-WHERE %(before)s::timestamptz IS NULL OR failed_at < %(before)s::timestamptz;
+WHERE state = ANY(%(states)s::smallint[])
+  AND (%(before)s::timestamptz IS NULL OR failed_at < %(before)s::timestamptz);
 
 -- spark_read_failed --
-SELECT f.id, -1, 0, f.attempts, f.pushed_at, f.failed_at, NULL::timestamptz,
-       f.last_error{read_f}
+SELECT {_side_columns}
 FROM {failed} AS f
-WHERE f.id >= %(lo)s AND f.id < %(hi)s
+WHERE f.id >= %(lo)s AND f.id < %(hi)s AND f.state = ANY(%(states)s::smallint[])
   AND (%(before)s::timestamptz IS NULL OR f.failed_at < %(before)s::timestamptz)
 ORDER BY f.id;
 
@@ -152,8 +157,15 @@ JOIN {data} AS d ON d.id = k.id
 ORDER BY m.id;
 
 -- spark_items_ring --
--- Like spark_read_ring (a replayed batch may find an item waiting for its retry).
+-- Like spark_read_ring, by id: a stream batch's items in their slots (spark_items_failed reads
+-- those a pusher moved to the side table, and those waiting for a retry since).
 SELECT {_ring_columns}
 FROM unnest(%(ids)b::bigint[]) AS k(id)
 JOIN {ring} AS t ON t.slot = mod(k.id, %(capacity)s::bigint) AND t.seq = k.id
 ORDER BY t.seq;
+
+-- spark_items_failed --
+SELECT {_side_columns}
+FROM unnest(%(ids)b::bigint[]) AS k(id)
+JOIN {failed} AS f ON f.id = k.id
+ORDER BY f.id;
