@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 from bench import env as bench_env
-from bench import pgbench, report, wakeup
+from bench import pgbench, report, ring_pgbench, wakeup
 from bench.catalog import WORKLOADS
 from bench.measure import Measurement
 from bench.systems import REGISTRY
+from bench.workloads import PAIRS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -102,6 +103,11 @@ def main(argv: list[str]) -> int:
         keep = {*wanted, "roundtrip"}
         results += [m for m in pgbench.measure(env, repeat) if m.workload in keep]
         print(f"pgbench reference {time.perf_counter() - step:.1f} s", flush=True)
+        if "pairs" in wanted and any(n.startswith("dbqueue-ring") for n in names):
+            step = time.perf_counter()
+            seconds = env.pair_seconds or (1.5 if env.quick else 5.0)
+            results += ring_pgbench.measure(env, env.pair_counts or PAIRS, seconds)
+            print(f"pgbench ring references {time.perf_counter() - step:.1f} s", flush=True)
     for name in names:
         cls = REGISTRY[name]
         system = cls.create(env)

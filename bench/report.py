@@ -41,6 +41,7 @@ WORKLOAD_TITLES = {
     "longtx_p99": "Long transaction: latency 99th percentile",
     "notify_cost": "Wake-ups: single pushes per second by NOTIFY mode (a worker LISTENing)",
     "pickup": "Wake-ups: an idle worker picks up a lone message, median latency",
+    "stuck": "Stuck slots: one client pair on a ring of 64, with one slot a consumer holds",
 }
 #: Workloads whose figures are better when lower (ratios are still median / thin's).
 LOWER_IS_BETTER = {"latency_p50", "latency_p99", "latency_max", "bloat_size",
@@ -99,9 +100,20 @@ def run_meta(
     }
 
 
+#: The physical references' labels (bench/pgbench.py, bench/ring_pgbench.py).
+PGBENCH_LABELS = {
+    "pgbench": "pgbench running dbqueue's SQL (physical reference)",
+    "pgbench-ring": "pgbench running the ring's statements, at least once (push, pop, ack)",
+    "pgbench-ring-amo": "pgbench running the ring's statements, at most once (push, pop)",
+    "pgbench-split": "pgbench running the split queue's statements (push, pop, ack)",
+    "pgbench-naive": "pgbench running the naive queue (INSERT; DELETE ... FOR UPDATE)",
+    "pgbench-kejser": "pgbench running a minimal ring (no crash safety; one client)",
+}
+
+
 def _label(system: str) -> str:
-    if system == "pgbench":
-        return "pgbench running dbqueue's SQL (physical reference)"
+    if system in PGBENCH_LABELS:
+        return PGBENCH_LABELS[system]
     cls = REGISTRY.get(system)
     return cls.label if cls else system
 
@@ -181,9 +193,46 @@ def targets(results: list[Measurement]) -> list[tuple[str, str, str, str]]:
 #: Side-by-side comparisons: a system, the systems it is compared with, and a title. Every
 #: figure the first measured is shown with the others' and the ratios (first / other).
 COMPARISONS: list[tuple[str, tuple[str, ...], str]] = [
-    ("dbqueue-ring", ("dbqueue-core", "naive"), "Ring vs split vs naive"),
+    (
+        "dbqueue-ring",
+        ("dbqueue-core", "naive", "pgbench-ring", "pgbench-kejser"),
+        "Ring vs split vs naive (pop + ack), and the SQL it runs under pgbench",
+    ),
+    (
+        "dbqueue-ring-loop",
+        ("dbqueue-core-loop", "dbqueue-core", "naive"),
+        "Ring vs split, both popped by the worker's loop (ack_pop: one statement per batch)",
+    ),
+    (
+        "dbqueue-ring-amo",
+        ("naive", "dbqueue-core-amo", "pgbench-ring-amo", "pgbench-naive"),
+        "Ring popped at most once vs naive (both settle in one statement per message)",
+    ),
+    ("dbqueue-core", ("pgbench-split",), "Split vs the SQL it runs under pgbench"),
     ("dbqueue-ring-django", ("dbqueue-django", "dbqueue-ring"), "Django ring vs Django split"),
 ]
+
+
+def stuck_ratios(results: list[Measurement]) -> list[str]:
+    """Each ring system's rate with a stuck slot of each kind over its rate without one."""
+    stuck = [m for m in results if m.workload == "stuck"]
+    base = {m.system: m.median for m in stuck if m.params.get("stuck") == "none"}
+    rows = [
+        f"| {m.system} | {m.params['stuck']} | {_fmt(m.median)} | {_fmt(base[m.system])} | "
+        f"{m.median / base[m.system]:.2f}x |"
+        for m in stuck
+        if m.params.get("stuck") != "none" and base.get(m.system)
+    ]
+    if not rows:
+        return []
+    return [
+        "## Stuck slots: throughput with one stuck slot over without",
+        "",
+        "| system | stuck slot | msg/s | without | ratio |",
+        "|---|---|---:|---:|---:|",
+        *rows,
+        "",
+    ]
 
 
 def comparison(
@@ -237,6 +286,7 @@ def write(
     lines = [*_header(meta), *preface]
     for subject, others, title in COMPARISONS:
         lines += comparison(results, subject, others, title)
+    lines += stuck_ratios(results)
     by_workload: dict[str, list[int]] = defaultdict(list)
     for i, m in enumerate(results):
         by_workload[m.workload].append(i)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Self
 
-from bench.systems.dbqueue_core import POSTGRESQL, CoreSystem
+from bench.systems.dbqueue_core import POSTGRESQL, AckPopLoop, CoreSystem
 from dbqueue import Field, FieldKind, QueueOptions, QueueSpec, RingQueue
 from dbqueue.schema import create_ring_statements, drop_ring_statements
 
@@ -49,8 +49,9 @@ class DBQueueRing(CoreSystem):
     name = "dbqueue-ring"
     label = "dbqueue ring queue, core API"
     workloads = frozenset(
-        {"push_single", "push_batch", "drain", "cycle", "pairs", "steady", "bloat", "longtx"}
-    )
+        {"push_single", "push_batch", "drain", "cycle", "pairs", "steady", "bloat", "longtx",
+         "stuck"}
+    )  # fmt: skip
     tables = (RING_TABLE, f"{RING_TABLE}_failed")
 
     def __init__(self, dsn: str) -> None:
@@ -101,3 +102,25 @@ class DBQueueRing(CoreSystem):
         if self.fillfactor is not None:
             # After the slots are inserted, as dbqueue.schema sets RING_FILLFACTOR.
             self.run([f"ALTER TABLE {spec.table} SET (fillfactor = {self.fillfactor})"])
+
+
+class DBQueueRingLoop(AckPopLoop, DBQueueRing):
+    """The ring popped by the worker's loop (ack_pop): settle the batch handled and lease the
+    next in one statement."""
+
+    name = "dbqueue-ring-loop"
+    label = "dbqueue ring queue, core API, ack_pop loop"
+    database = "dbqueue_ring"
+    workloads = frozenset({"cycle", "pairs", "stuck"})
+
+
+class DBQueueRingAtMostOnce(DBQueueRing):
+    """The ring popped at most once: one statement per batch, no ack (as the naive queue)."""
+
+    name = "dbqueue-ring-amo"
+    label = "dbqueue ring queue, core API, at-most-once pops"
+    database = "dbqueue_ring"
+    workloads = frozenset({"cycle", "pairs", "bloat"})
+
+    def take(self, batch: int) -> int:
+        return len(self.queue.pop_batch(self.ex, batch, mode="at_most_once"))

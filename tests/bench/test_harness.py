@@ -27,6 +27,10 @@ FIXED = ("dbqueue-ring-django",)
 #: The systems of the pairs workload, whose figures the report sets side by side.
 PAIRED = ("thin", "naive", "dbqueue-core", "dbqueue-ring", "dbqueue-django", "dbqueue-sa", *FIXED)
 PEERS = ("pgqueuer", "procrastinate", "django-tasks-db", "celery-redis")
+#: Other ways through the same queues: popped by the worker's loop (ack_pop), at most once.
+VARIANTS = ("dbqueue-core-loop", "dbqueue-ring-loop", "dbqueue-ring-amo")
+#: pgbench running the pairs' SQL (bench/ring_pgbench.py); the minimal ring, one client only.
+PGBENCH_PAIRED = ("pgbench-ring", "pgbench-ring-amo", "pgbench-split", "pgbench-naive")
 
 
 def _drop_databases(prefix: str) -> None:
@@ -68,7 +72,7 @@ def _bench(out: Path, *args: str, module: str = "bench") -> dict[str, Any]:
 
 
 def test_every_system_through_the_quick_workloads(tmp_path: Path) -> None:
-    systems = ",".join(OURS + FIXED + PEERS)
+    systems = ",".join(OURS + FIXED + PEERS + VARIANTS)
     quick = ("--quick", "--scale", "0.002", "--pairs", "2", "--pair-seconds", "0.3")
     data = _bench(tmp_path / "all", *quick, "--systems", systems)
     seen = {(r["system"], r["workload"]) for r in data["results"]}
@@ -84,14 +88,22 @@ def test_every_system_through_the_quick_workloads(tmp_path: Path) -> None:
         assert (system, "steady_throughput") in seen
         assert (system, "push_batch") not in seen
     assert ("pgbench", "push_single") in seen
+    for system in VARIANTS:
+        assert {(system, "cycle"), (system, "pairs")} <= seen
+    for system in ("dbqueue-ring", "dbqueue-ring-loop"):
+        stuck = {r["params"]["stuck"] for r in data["results"] if r["workload"] == "stuck"}
+        assert (system, "stuck") in seen and stuck == {"none", "leased", "retrying", "claimed"}
     pairs = {
         (r["system"], r["params"]["batch"], r["params"]["sync_commit"])
         for r in data["results"]
-        if r["workload"] == "pairs"
+        if r["workload"] == "pairs" and r["system"] != "pgbench-kejser"
     }
-    assert pairs == {(s, b, sync) for s in PAIRED for b in (1, 100) for sync in ("on", "off")}
+    paired = PAIRED + VARIANTS + PGBENCH_PAIRED
+    assert pairs == {(s, b, sync) for s in paired for b in (1, 100) for sync in ("on", "off")}
+    assert ("pgbench-kejser", "pairs") in seen
     report = (tmp_path / "all" / "report.md").read_text()
     assert "## Ring vs split vs naive" in report
+    assert "## Stuck slots" in report
     assert "## Django ring vs Django split" in report
     assert "## Targets" in report
     assert "PostgreSQL" in report
