@@ -12,10 +12,11 @@ at again, a claim is one of:
     number (``ring_mark_holes``), so a late pusher fails its condition and takes a new one;
   - over a ready message, claimed before (a popper died holding it, or has not come back
     for it), its pusher took a new number: dropped;
-* **dead**: its slot is past it (marked, written over, the message moved), or a consumer
-  leases the message in it: a pusher never waits for a lease (``ring_push_blocked`` moves
-  it aside, or takes a new number), so by the time a popper looks, the number was written or
-  given up on: dropped at once.
+* **dead**: its slot is past it (marked, written over, the message moved): dropped at once.
+
+A slot that still holds an older message, even one a consumer leases, keeps the claim pending:
+its pusher may be about to move that message aside and write (``ring_push_blocked``), and a
+claim dropped then would strand the message it was waiting for.
 
 A claim dropped by mistake loses nothing: its message, should it land, is *stranded* (ready,
 behind the pop sequence), and the next pusher of its slot or the sweeper puts it aside to be
@@ -90,7 +91,7 @@ def judge(row: PopRow, claim: Claim, capacity: int, hole_timeout: float, now: fl
     q, seq, state = row.number, row.slot_seq, row.slot_state
     if seq is None or seq % capacity != q % capacity:
         return Verdict.MISMATCH
-    if seq > q or (seq == q and state != SlotState.READY) or state == SlotState.LEASED:
+    if seq > q or (seq == q and state != SlotState.READY):
         return Verdict.DEAD
     if seq == q:
         return Verdict.LANDED
