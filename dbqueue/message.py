@@ -102,6 +102,7 @@ class QueueStats:
         }
         if self.capacity is not None:
             counts["capacity"] = self.capacity
+            counts["in_slots"] = self.in_slots or 0
         return counts
 
     def report(self) -> dict[str, Any]:

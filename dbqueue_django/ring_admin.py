@@ -1,8 +1,9 @@
 """The admin of ring queues: the messages in the ring's slots, and its side table.
 
 Both lists show the ring's occupancy above them: its slots, the share in use, and how many
-messages are ready, leased, retrying (waiting out a back-off) and failed. The slots' list shows
-only slots holding a message, in push order; **Delete** empties their slots. The side table's
+messages are ready, leased, retrying (waiting out a back-off, in the side table) and failed.
+The slots' list shows only slots holding a message, in push order; **Delete** empties their
+slots. The side table's
 list (the failed model) shows the messages out of the ring: failed ones (the default filter),
 those waiting out a retry's back-off or put aside to be pushed again, and leases a pusher moved
 aside. It offers **Retry** for failed messages (each pushed again at the tail under a new
@@ -31,9 +32,8 @@ from dbqueue_django.spec import payload_fields
 
 
 def occupancy_text(stats: dict[str, Any]) -> str:
-    """``3 / 8 (38%)``: messages held (ready, leased, retrying) of the ring's slots."""
-    held = stats["ready"] + stats["leased"] + stats["scheduled"]
-    return f"{held} / {stats['capacity']} ({stats['occupancy']:.0%})"
+    """``3 / 8 (38%)``: the slots holding a message (ready or leased), of the ring's slots."""
+    return f"{stats['in_slots']} / {stats['capacity']} ({stats['occupancy']:.0%})"
 
 
 def ring_counts(site: admin.AdminSite, ring: Any, stats: dict[str, Any]) -> list[Count]:
@@ -60,7 +60,7 @@ def ring_overview(site: admin.AdminSite, ring: Any, stats: dict[str, Any]) -> di
 
 
 class RingStateFilter(admin.SimpleListFilter):
-    """Ready, leased, retrying (the states of a slot holding a message)."""
+    """Ready, leased (the states of a slot holding a message)."""
 
     title = "state"
     parameter_name = "state"

@@ -6,6 +6,10 @@ hold their message (``ring_pop_leased``, ``ring_pop_remove``, ``ring_ack_pop``).
 holds claims from earlier pops uses the ``_held`` variant of the statement, which also shows
 it the slot of each claim it did not take (see :mod:`dbqueue.ring.claims`).
 
+``ack_pop`` is the layout's (:meth:`dbqueue.layout.Layout.ack_pop`): on PostgreSQL one
+``ring_ack_pop`` statement, whose ack of a token a pusher moved aside this module completes
+(:meth:`RingPop._ack_aside`).
+
 A leased message is normally settled in its slot. A pusher that had to pass it moved it to the
 side table with its token, so a settle that does not find a token in the slots looks there, in
 a second statement: its snapshot sees a move committed while the first one waited for the
@@ -21,7 +25,7 @@ from typing import Any, NamedTuple
 
 from dbqueue.errors import NotLeased
 from dbqueue.executor import Executor, Row
-from dbqueue.layout import Token, TokenLike, check_count, to_tokens
+from dbqueue.layout import Token
 from dbqueue.message import Message
 from dbqueue.ring.base import RingBase
 from dbqueue.ring.claims import Claim, Verdict, judge, now
@@ -144,33 +148,6 @@ class RingPop(RingBase):
     def pending_claims(self) -> int:
         """How many pop numbers this process holds whose message it has not taken yet."""
         return len(self._claims)
-
-    def ack_pop(
-        self,
-        ex: Executor,
-        items: TokenLike,
-        n: int,
-        *,
-        lease: dt.timedelta | None = None,
-    ) -> tuple[int, list[Message]]:
-        """Ack ``items`` (those still leased under their token, as ``strict=False``) and lease
-        up to ``n`` more, in one transaction: a worker's loop with one commit per batch.
-
-        Returns how many items were acked and the newly leased messages. On PostgreSQL this is
-        one statement (``ring_ack_pop``; an item a pusher moved to the side table is acked
-        there by a second).
-        """
-        check_count("ack_pop", n)
-        lease = self._lease(lease)
-        tokens = to_tokens(items)
-        if not tokens:
-            return 0, self.pop_batch(ex, n, lease=lease)
-        if not self.dialect.supports_writable_cte:
-            with ex.atomic():
-                acked = self._ack_tokens(ex, tokens, strict=False)
-                return len(acked), self.pop_batch(ex, n, lease=lease)
-        params = {**self._token_params(tokens), "n": n, "lease": lease}
-        return self._take(ex, "ack_pop", n, params)
 
     def _ack_aside(self, ex: Executor, params: dict[str, Any], head: AckPopHead) -> int:
         """After ring_ack_pop: ack in the side table the tokens its ack did not find."""

@@ -1,5 +1,6 @@
 """The ``front`` fixture: every conformance test runs on {core, Django, SQLAlchemy (sync and
-asyncio)} x {PostgreSQL, SQLite}."""
+asyncio)} x {PostgreSQL, SQLite} x {split queue, ring}; ``split_front`` and ``kept_front`` on
+the split queue only, for what only it does."""
 
 from __future__ import annotations
 
@@ -10,27 +11,51 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from tests.conformance.fronts import AsyncSAFront, CoreFront, DjangoFront, Front, SAFront
+from dbqueue import get_dialect
+from dbqueue.schema import drop_ring_statements
+from tests.conformance.fronts import (
+    AsyncSAFront,
+    CoreFront,
+    DjangoFront,
+    Front,
+    SAFront,
+    sa_model,
+)
 
 _DJANGO_DB = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
 _PG, _SQLITE = pytest.mark.postgresql, pytest.mark.sqlite
 
-FRONTS = [
-    pytest.param(("core", "postgresql"), id="core-pg", marks=_PG),
-    pytest.param(("core", "sqlite"), id="core-sqlite", marks=_SQLITE),
-    pytest.param(
-        ("django", "postgresql"), id="django-pg", marks=[_PG, pytest.mark.django, _DJANGO_DB]
-    ),
-    pytest.param(
-        ("django", "sqlite"), id="django-sqlite", marks=[_SQLITE, pytest.mark.django, _DJANGO_DB]
-    ),
-    pytest.param(("sa", "postgresql"), id="sa-pg", marks=[_PG, pytest.mark.sqlalchemy]),
-    pytest.param(("sa", "sqlite"), id="sa-sqlite", marks=[_SQLITE, pytest.mark.sqlalchemy]),
-    pytest.param(("sa-async", "postgresql"), id="sa-async-pg", marks=[_PG, pytest.mark.sqlalchemy]),
-    pytest.param(
-        ("sa-async", "sqlite"), id="sa-async-sqlite", marks=[_SQLITE, pytest.mark.sqlalchemy]
-    ),
+_FRONT_KINDS = [
+    ("core", "postgresql", "core-pg", [_PG]),
+    ("core", "sqlite", "core-sqlite", [_SQLITE]),
+    ("django", "postgresql", "django-pg", [_PG, pytest.mark.django, _DJANGO_DB]),
+    ("django", "sqlite", "django-sqlite", [_SQLITE, pytest.mark.django, _DJANGO_DB]),
+    ("sa", "postgresql", "sa-pg", [_PG, pytest.mark.sqlalchemy]),
+    ("sa", "sqlite", "sa-sqlite", [_SQLITE, pytest.mark.sqlalchemy]),
+    ("sa-async", "postgresql", "sa-async-pg", [_PG, pytest.mark.sqlalchemy]),
+    ("sa-async", "sqlite", "sa-async-sqlite", [_SQLITE, pytest.mark.sqlalchemy]),
 ]
+
+
+def _fronts(layouts: tuple[str, ...]) -> list[Any]:
+    """Every front end x database, for each layout (the split queue's ids stay as they were;
+    the ring's end in ``-ring``)."""
+    return [
+        pytest.param(
+            (kind, backend, layout), id=ident + ("-ring" if layout == "ring" else ""), marks=marks
+        )
+        for layout in layouts
+        for kind, backend, ident, marks in _FRONT_KINDS
+    ]
+
+
+#: Both layouts: what a split queue and a ring do alike (where they differ by design, a
+#: capability of Front says so and the test asserts each side).
+FRONTS = _fronts(("split", "ring"))
+#: The split queue's own: priorities, delays, keep_done.
+SPLIT_FRONTS = _fronts(("split",))
+#: The ring's own: no priorities nor delays, a fixed capacity.
+RING_FRONTS = _fronts(("ring",))
 
 
 @pytest.fixture(params=FRONTS)
@@ -38,25 +63,40 @@ def front(request: pytest.FixtureRequest) -> Iterator[Front]:
     yield from _front(request, kept=False)
 
 
-@pytest.fixture(params=FRONTS)
+@pytest.fixture(params=SPLIT_FRONTS)
+def split_front(request: pytest.FixtureRequest) -> Iterator[Front]:
+    """A split queue: for what only it does (priorities, delays, set_priority)."""
+    yield from _front(request, kept=False)
+
+
+@pytest.fixture(params=RING_FRONTS)
+def ring_front(request: pytest.FixtureRequest) -> Iterator[Front]:
+    """A ring: for what only it does."""
+    yield from _front(request, kept=False)
+
+
+@pytest.fixture(params=SPLIT_FRONTS)
 def kept_front(request: pytest.FixtureRequest) -> Iterator[Front]:
     """A front whose queue has ``keep_done`` (KeptJob, or the core spec with KEPT_OPTIONS)."""
     yield from _front(request, kept=True)
 
 
 def _front(request: pytest.FixtureRequest, *, kept: bool) -> Iterator[Front]:
-    kind, backend = request.param
+    kind, backend, layout = request.param
     if kind == "django":
         request.getfixturevalue("transactional_db")
-        yield DjangoFront(backend, "default" if backend == "postgresql" else "sqlite", kept=kept)
+        alias = "default" if backend == "postgresql" else "sqlite"
+        yield DjangoFront(backend, alias, kept=kept, layout=layout)
     elif kind in ("sa", "sa-async"):
         front_class = AsyncSAFront if kind == "sa-async" else SAFront
-        yield from _sa_front(request, backend, front_class, kept=kept)
+        yield from _sa_front(request, backend, front_class, kept=kept, layout=layout)
     else:
-        yield from _core_front(request, backend, kept=kept)
+        yield from _core_front(request, backend, kept=kept, layout=layout)
 
 
-def _core_front(request: pytest.FixtureRequest, backend: str, *, kept: bool) -> Iterator[Front]:
+def _core_front(
+    request: pytest.FixtureRequest, backend: str, *, kept: bool, layout: str
+) -> Iterator[Front]:
     conn: Any
     if backend == "postgresql":
         conn = psycopg.connect(request.getfixturevalue("pg_dsn"), autocommit=True)
@@ -64,35 +104,44 @@ def _core_front(request: pytest.FixtureRequest, backend: str, *, kept: bool) -> 
         from dbqueue.drivers.sqlite import connect
 
         conn = connect(request.getfixturevalue("sqlite_path"))
-    front = CoreFront(backend, conn, request.getfixturevalue("table_name"), kept=kept)
+    table = request.getfixturevalue("table_name")
+    front = CoreFront(backend, conn, table, kept=kept, layout=layout)
     yield front
     if backend == "postgresql":
-        conn.execute(f'DROP TABLE "{front.data_table}", "{front.meta_table}"')
+        if layout == "ring":
+            for statement in drop_ring_statements(front.spec, get_dialect(backend)):
+                conn.execute(statement)
+        else:
+            conn.execute(f'DROP TABLE "{front.data_table}", "{front.meta_table}"')
     conn.close()
 
 
 def _sa_front(
-    request: pytest.FixtureRequest, backend: str, front_class: type[SAFront], *, kept: bool
+    request: pytest.FixtureRequest,
+    backend: str,
+    front_class: type[SAFront],
+    *,
+    kept: bool,
+    layout: str,
 ) -> Iterator[Front]:
     """Job's (KeptJob's) tables by ``metadata.create_all``: on PostgreSQL in this worker's
     database (their names are fixed, so created and dropped around each test), on SQLite in the
     test's file (in WAL mode, as the core's connections set it, so readers do not block the
     writer)."""
     from tests.sqlalchemy.conftest import sync_url
-    from tests.sqlalchemy.kept import KeptJob
-    from tests.sqlalchemy.models import Job
 
     url = sync_url(backend, request)
-    model = KeptJob if kept else Job
+    model = sa_model(kept=kept, layout=layout)
     metadata = model.metadata
-    tables = [cast(sa.Table, model.__table__), model.__queue_meta__]
+    side = model.__queue_failed__ if layout == "ring" else model.__queue_meta__
+    tables = [cast(sa.Table, model.__table__), side]
     engine = sa.create_engine(url)
     if backend == "sqlite":
         with engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA journal_mode=WAL")
     metadata.drop_all(engine, tables=tables)
     metadata.create_all(engine, tables=tables)
-    front = front_class(backend, url, kept=kept)
+    front = front_class(backend, url, kept=kept, layout=layout)
     try:
         yield front
     finally:

@@ -23,10 +23,11 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from dbqueue import QueueSpec, SplitQueue, get_dialect
+from dbqueue import QueueSpec, RingQueue, SplitQueue, get_dialect
 from dbqueue.drivers import executor_for
-from dbqueue.schema import create_statements
-from tests.conformance.spec import JOB_FIELDS, JOB_OPTIONS, KEPT_OPTIONS
+from dbqueue.ring import SlotState
+from dbqueue.schema import create_ring_statements, create_statements
+from tests.conformance.spec import JOB_FIELDS, JOB_OPTIONS, KEPT_OPTIONS, RING_OPTIONS
 
 PAYLOAD = tuple(f.name for f in JOB_FIELDS)
 PAST = {"postgresql": "'2000-01-01 00:00:00+00'", "sqlite": "'2000-01-01 00:00:00.000000'"}
@@ -42,9 +43,15 @@ class Item:
 
 
 class Front:
-    """What every front offers the tests."""
+    """What every front offers the tests.
+
+    Its queue is a split queue (``layout`` "split": a data table and a meta table) or a ring
+    ("ring": the slot table and its side table, whose names ``data_table`` and ``meta_table``
+    then hold). The helpers below read either as message numbers and message states.
+    """
 
     backend: str
+    layout: str = "split"
     meta_table: str
     data_table: str
     #: The front's queue keeps acknowledged items as done (``keep_done``: its KeptJob twin).
@@ -70,8 +77,40 @@ class Front:
         thread (sqlite3's ``interrupt()``, psycopg's ``cancel()``, both thread-safe)."""
         raise NotImplementedError
 
+    # What the layouts do differently, by design (a test asserts each side's behaviour).
+
+    @property
+    def ring(self) -> bool:
+        return self.layout == "ring"
+
+    @property
+    def capacity(self) -> int | None:
+        """The ring's slots (None: a split queue is unbounded)."""
+        return RING_OPTIONS.capacity if self.ring else None
+
+    @property
+    def renumbers(self) -> bool:
+        """A message that leaves the queue's order and comes back (a retry, a rescued lease)
+        comes back under a new number: the ring pushes it again at its tail."""
+        return self.ring
+
+    @property
+    def rollback_strands(self) -> bool:
+        """A transactional pop rolled back leaves its messages out of reach until a rescue
+        pushes them again: the ring's pop numbers are sequence values, which a rollback does
+        not give back (PostgreSQL; SQLite's counter rolls back with the pop)."""
+        return self.ring and self.backend == "postgresql"
+
     # Test helpers working on the tables directly.
     def counts(self) -> tuple[int, int]:
+        """Data and meta rows (split); a ring's messages, in its slots and its side table,
+        twice (one row per message, as a split queue's two tables have)."""
+        if self.ring:
+            rows = self._raw(
+                f'SELECT (SELECT count(*) FROM "{self.data_table}" WHERE state <> '
+                f'{int(SlotState.EMPTY)}) + (SELECT count(*) FROM "{self.meta_table}")'
+            )
+            return int(rows[0][0]), int(rows[0][0])
         rows = self._raw(
             f'SELECT (SELECT count(*) FROM "{self.data_table}"), '
             f'(SELECT count(*) FROM "{self.meta_table}")'
@@ -79,6 +118,16 @@ class Front:
         return int(rows[0][0]), int(rows[0][1])
 
     def states(self) -> dict[int, int]:
+        """Each message's State (a ring's slot states read as message states)."""
+        if self.ring:
+            ready, leased = int(SlotState.READY), int(SlotState.LEASED)
+            return dict(
+                self._raw(
+                    f"SELECT seq, CASE state WHEN {ready} THEN 0 WHEN {leased} THEN 1 END "
+                    f'FROM "{self.data_table}" WHERE state <> {int(SlotState.EMPTY)} '
+                    f'UNION ALL SELECT id, state FROM "{self.meta_table}"'
+                )
+            )
         return dict(self._raw(f'SELECT id, state FROM "{self.meta_table}"'))
 
     def meta_rows(self) -> dict[int, tuple[int, int, bool]]:
@@ -89,11 +138,22 @@ class Front:
         return {int(r[0]): (int(r[1]), int(r[2]), bool(r[3])) for r in rows}
 
     def last_error(self, item_id: int) -> str | None:
-        rows = self._raw(f'SELECT last_error FROM "{self.data_table}" WHERE id = {int(item_id)}')
+        where = f"id = {int(item_id)}"
+        if self.ring:
+            rows = self._raw(
+                f'SELECT last_error FROM "{self.data_table}" WHERE seq = {int(item_id)} AND '
+                f"state <> {int(SlotState.EMPTY)} UNION ALL "
+                f'SELECT last_error FROM "{self.meta_table}" WHERE {where}'
+            )
+        else:
+            rows = self._raw(f'SELECT last_error FROM "{self.data_table}" WHERE {where}')
         return rows[0][0] if rows else None
 
     def expire_leases(self) -> None:
         past = PAST[self.backend]
+        if self.ring:
+            leased = int(SlotState.LEASED)
+            self._raw(f'UPDATE "{self.data_table}" SET lease_until = {past} WHERE state = {leased}')
         self._raw(f'UPDATE "{self.meta_table}" SET lease_until = {past} WHERE state = 1')
 
     def make_due(self) -> None:
@@ -105,18 +165,33 @@ class CoreFront(Front):
     """The core's SplitQueue over a bare psycopg or sqlite3 connection."""
 
     def __init__(
-        self, backend: str, conn: Any, table: str, *, create: bool = True, kept: bool = False
+        self,
+        backend: str,
+        conn: Any,
+        table: str,
+        *,
+        create: bool = True,
+        kept: bool = False,
+        layout: str = "split",
     ) -> None:
-        self.backend, self.conn, self.kept = backend, conn, kept
+        self.backend, self.conn, self.kept, self.layout = backend, conn, kept, layout
         if backend == "sqlite":  # read now: the connection is not to be shared across threads
             self.path = conn.execute("PRAGMA database_list").fetchone()[2]
-        self.spec = QueueSpec(table, JOB_FIELDS, KEPT_OPTIONS if kept else JOB_OPTIONS)
-        self.data_table, self.meta_table = table, self.spec.meta_table
         dialect = get_dialect(backend)
-        self.queue = SplitQueue(self.spec, dialect)
+        self.queue: SplitQueue | RingQueue
+        if self.ring:
+            self.spec = QueueSpec(table, JOB_FIELDS, RING_OPTIONS)
+            self.data_table, self.meta_table = table, self.spec.failed_table
+            self.queue = RingQueue(self.spec, dialect)
+            statements = create_ring_statements(self.spec, dialect)
+        else:
+            self.spec = QueueSpec(table, JOB_FIELDS, KEPT_OPTIONS if kept else JOB_OPTIONS)
+            self.data_table, self.meta_table = table, self.spec.meta_table
+            self.queue = SplitQueue(self.spec, dialect)
+            statements = create_statements(self.spec, dialect)
         self.ex = executor_for(dialect, conn)
         if create:
-            for statement in create_statements(self.spec, dialect):
+            for statement in statements:
                 self.ex.execute(statement, {})
 
     def _raw(self, statement: str) -> list[tuple[Any, ...]]:
@@ -132,7 +207,9 @@ class CoreFront(Front):
             from dbqueue.drivers.sqlite import connect
 
             conn = connect(self.path)
-        return CoreFront(self.backend, conn, self.data_table, create=False, kept=self.kept)
+        return CoreFront(
+            self.backend, conn, self.data_table, create=False, kept=self.kept, layout=self.layout
+        )
 
     def close(self) -> None:
         self.conn.close()
@@ -165,6 +242,8 @@ class CoreFront(Front):
 
     def __getattr__(self, name: str) -> Any:
         # ack, fail, extend, retry, rescue, purge, delete: same signature, executor first.
+        if name.startswith("_"):  # not a queue operation (a printer's hook, say)
+            raise AttributeError(name)
         method = getattr(self.queue, name)
 
         def call(*args: Any, **kw: Any) -> Any:
@@ -194,6 +273,9 @@ class ModelFront(Front):
 
     def __getattr__(self, name: str) -> Any:
         # push, push_many, ack, fail, extend, retry, rescue, stats, purge, delete.
+        if name.startswith("_"):  # not a queue operation (a printer's hook, say)
+            raise AttributeError(name)
+
         def call(*args: Any, **kw: Any) -> Any:
             return self._call(name, *(_raw_items(a) for a in args), **kw)
 
@@ -203,14 +285,18 @@ class ModelFront(Front):
 class DjangoFront(ModelFront):
     """``Job.queue`` (``KeptJob.queue`` if ``kept``) on a Django database alias."""
 
-    def __init__(self, backend: str, alias: str, *, kept: bool = False) -> None:
-        from tests.django.testapp.models import Job, KeptJob
+    def __init__(
+        self, backend: str, alias: str, *, kept: bool = False, layout: str = "split"
+    ) -> None:
+        from tests.django.testapp.models import Job, KeptJob, RingJob
 
-        model = KeptJob if kept else Job
+        model: Any = RingJob if layout == "ring" else KeptJob if kept else Job
         self.backend, self.alias, self.model, self.kept = backend, alias, model, kept
+        self.layout = layout
         self.queue = model.queue.using(alias)
         self.data_table = model._meta.db_table
-        self.meta_table = model.queue_meta_model._meta.db_table
+        side = model.failed_model if self.ring else model.queue_meta_model
+        self.meta_table = side._meta.db_table
 
     def _raw(self, statement: str) -> list[tuple[Any, ...]]:
         from django.db import connections
@@ -228,7 +314,7 @@ class DjangoFront(ModelFront):
 
     def clone(self) -> DjangoFront:
         # Django connections are per thread.
-        return DjangoFront(self.backend, self.alias, kept=self.kept)
+        return DjangoFront(self.backend, self.alias, kept=self.kept, layout=self.layout)
 
     def close(self) -> None:
         from django.db import connections
@@ -259,14 +345,14 @@ class SAFront(ModelFront):
     engine: Any
     session: Any
 
-    def __init__(self, backend: str, url: str, *, kept: bool = False) -> None:
-        from tests.sqlalchemy.kept import KeptJob
-        from tests.sqlalchemy.models import Job
-
-        model = KeptJob if kept else Job
-        self.backend, self.url, self.kept = backend, url, kept
+    def __init__(
+        self, backend: str, url: str, *, kept: bool = False, layout: str = "split"
+    ) -> None:
+        self.backend, self.url, self.kept, self.layout = backend, url, kept, layout
+        model = sa_model(kept=kept, layout=layout)
         self.queue = model.queue
-        self.data_table, self.meta_table = model.__tablename__, model.__queue_meta__.name
+        side = model.__queue_failed__ if self.ring else model.__queue_meta__
+        self.data_table, self.meta_table = model.__tablename__, side.name
         self._depth = 0  # atomic() blocks open
         self._open()
 
@@ -330,7 +416,7 @@ class SAFront(ModelFront):
 
     def clone(self) -> SAFront:
         # Its own engine, so its own connections.
-        return type(self)(self.backend, self.url, kept=self.kept)
+        return type(self)(self.backend, self.url, kept=self.kept, layout=self.layout)
 
     def close(self) -> None:
         self._await(self.session.close())
@@ -378,6 +464,14 @@ class AsyncSAFront(SAFront):
             self.runner.close()
 
 
+def sa_model(*, kept: bool, layout: str) -> Any:
+    """The SQLAlchemy class of a conformance queue: Job, KeptJob or RingJob."""
+    from tests.sqlalchemy.kept import KeptJob
+    from tests.sqlalchemy.models import Job, RingJob
+
+    return RingJob if layout == "ring" else KeptJob if kept else Job
+
+
 def _connect_args(backend: str) -> dict[str, Any]:
     # SQLite: the busy timeout the core's and Django's test connections use (sqlite3's default
     # is 5 s, short for eight threads taking the write lock in turn on a loaded machine).
@@ -401,7 +495,9 @@ def _stopper(conn: Any) -> Callable[[], None]:
 
 
 def _model_item(obj: Any) -> Item:
-    return Item(obj.id, obj.attempts, obj.priority, {k: getattr(obj, k) for k in PAYLOAD}, obj)
+    # A ring's instances have no priority (a ring delivers in push order).
+    priority = getattr(obj, "priority", 0)
+    return Item(obj.id, obj.attempts, priority, {k: getattr(obj, k) for k in PAYLOAD}, obj)
 
 
 def _raw_items(arg: Any) -> Any:

@@ -30,13 +30,23 @@ def unchanged(front: Front) -> Iterator[None]:
     assert (front.counts(), front.states()) == before, "bad input changed what was stored"
 
 
-@pytest.fixture
-def stored(front: Front) -> tuple[Front, Item, list[int]]:
+def store(front: Front) -> tuple[Front, Item, list[int]]:
     """Four items: the first leased, three ready (their ids returned)."""
     ids = front.push_many([{"name": f"stored{i}"} for i in range(4)])
     (leased,) = front.pop_batch(1)
     assert leased.id == ids[0]
     return front, leased, ids[1:]
+
+
+@pytest.fixture
+def stored(front: Front) -> tuple[Front, Item, list[int]]:
+    return store(front)
+
+
+@pytest.fixture
+def split_stored(split_front: Front) -> tuple[Front, Item, list[int]]:
+    """``stored`` on a split queue: for its scheduling arguments."""
+    return store(split_front)
 
 
 def raises(front: Front, error: type[Exception], call: Callable[[], Any], *fragments: str) -> str:
@@ -127,19 +137,38 @@ SCHEDULE_CASES = [
 
 @pytest.mark.parametrize(("kwargs", "fragments"), SCHEDULE_CASES)
 def test_push_refuses_bad_scheduling(
-    stored: tuple[Front, Item, list[int]], kwargs: dict[str, Any], fragments: list[str]
+    split_stored: tuple[Front, Item, list[int]], kwargs: dict[str, Any], fragments: list[str]
 ) -> None:
-    front = stored[0]
+    front = split_stored[0]
     raises(front, InvalidArgument, lambda: front.push(name="x", **kwargs), *fragments)
 
 
 @pytest.mark.parametrize(("kwargs", "fragments"), SCHEDULE_CASES[:3] + SCHEDULE_CASES[5:])
 def test_push_many_refuses_bad_scheduling(
-    stored: tuple[Front, Item, list[int]], kwargs: dict[str, Any], fragments: list[str]
+    split_stored: tuple[Front, Item, list[int]], kwargs: dict[str, Any], fragments: list[str]
 ) -> None:
-    front = stored[0]
+    front = split_stored[0]
     rows = [{"name": str(i)} for i in range(3)]
     raises(front, InvalidArgument, lambda: front.push_many(rows, **kwargs), *fragments)
+
+
+RING_SCHEDULE_CASES = [
+    pytest.param({"priority": 5}, "no priorities", id="priority"),
+    pytest.param({"delay": dt.timedelta(seconds=1)}, "cannot delay", id="delay"),
+    pytest.param({"run_at": dt.datetime(2030, 1, 1, tzinfo=UTC)}, "cannot delay", id="run-at"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "fragment"), RING_SCHEDULE_CASES)
+def test_a_ring_refuses_priorities_and_schedules(
+    ring_front: Front, kwargs: dict[str, Any], fragment: str
+) -> None:
+    """A ring delivers in push order: it says so, and which layout to use instead."""
+    front, _leased, ready = store(ring_front)
+    raises(front, InvalidArgument, lambda: front.push(name="x", **kwargs), fragment, "split")
+    rows = [{"name": "y"}]
+    raises(front, InvalidArgument, lambda: front.push_many(rows, **kwargs), fragment, "split")
+    raises(front, InvalidArgument, lambda: front.set_priority(ready, 1), "no priorities")
 
 
 # -- push_many: all or nothing ------------------------------------------------------------------

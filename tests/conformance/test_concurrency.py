@@ -36,8 +36,9 @@ def _run_threads(count: int, target: Callable[[Front], None], front: Front) -> N
 
 
 def test_eight_poppers_drain_20000_items_exactly_once(front: Front) -> None:
-    total = 20_000
-    ids = front.push_many([{"name": str(i), "n": i} for i in range(total)], batch_size=2_000)
+    total = min(20_000, front.capacity or 20_000)  # a ring holds at most its capacity
+    batch = min(2_000, total)
+    ids = front.push_many([{"name": str(i), "n": i} for i in range(total)], batch_size=batch)
     seen: Counter[int] = Counter()
     lock = threading.Lock()
 
@@ -66,14 +67,16 @@ def test_producers_and_consumers_at_once(front: Front) -> None:
             role = "producer" if finished["started"] < producers else "consumer"
             finished["started"] += 1
         if role == "producer":
-            for start in range(0, per_producer, 50):
-                got = f.push_many([{"name": f"{start + k}"} for k in range(50)])
+            try:
+                for start in range(0, per_producer, 50):
+                    got = f.push_many([{"name": f"{start + k}"} for k in range(50)])
+                    with lock:
+                        pushed.extend(got)
+            finally:  # a producer that fails must not leave the consumers waiting for it
                 with lock:
-                    pushed.extend(got)
-            with lock:
-                finished["producers"] += 1
-                if finished["producers"] == producers:
-                    done_pushing.set()
+                    finished["producers"] += 1
+                    if finished["producers"] == producers:
+                        done_pushing.set()
             return
         while True:
             # Once every push has committed, an empty pop means the queue is drained.
@@ -91,3 +94,4 @@ def test_producers_and_consumers_at_once(front: Front) -> None:
     assert len(pushed) == producers * per_producer
     assert set(seen) == set(pushed) and max(seen.values()) == 1
     assert front.counts() == (0, 0)
+

@@ -68,7 +68,8 @@ def test_push_many_empty_is_a_no_op(front: Front) -> None:
     assert front.counts() == (0, 0)
 
 
-def test_order_is_priority_then_run_at_then_id(front: Front) -> None:
+def test_order_is_priority_then_run_at_then_id(split_front: Front) -> None:
+    front = split_front
     low = front.push(name="low", priority=-5)
     mid1 = front.push(name="mid1")
     high = front.push(name="high", priority=10)
@@ -93,7 +94,8 @@ def test_pop_batch_takes_at_most_n(front: Front) -> None:
     assert front.pop_batch(3) == []
 
 
-def test_delay_holds_an_item_back(front: Front) -> None:
+def test_delay_holds_an_item_back(split_front: Front) -> None:
+    front = split_front
     later = front.push(name="later", delay=dt.timedelta(minutes=10))
     now = front.push(name="now")
     assert [i.id for i in front.pop_batch(10)] == [now]
@@ -102,14 +104,16 @@ def test_delay_holds_an_item_back(front: Front) -> None:
     assert [i.id for i in front.pop_batch(10)] == [later]
 
 
-def test_run_at_in_the_future_and_past(front: Front) -> None:
+def test_run_at_in_the_future_and_past(split_front: Front) -> None:
+    front = split_front
     future = dt.datetime.now(UTC) + dt.timedelta(hours=1)
     front.push(name="future", run_at=future)
     past = front.push(name="past", run_at=dt.datetime(2020, 1, 1, tzinfo=UTC))
     assert [i.id for i in front.pop_batch(10)] == [past]
 
 
-def test_push_many_with_priority_and_delay(front: Front) -> None:
+def test_push_many_with_priority_and_delay(split_front: Front) -> None:
+    front = split_front
     front.push_many([{"name": "a"}, {"name": "b"}], priority=3, delay=dt.timedelta(hours=1))
     front.push(name="c")
     assert [i.payload["name"] for i in front.pop_batch(10)] == ["c"]

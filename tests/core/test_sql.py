@@ -86,6 +86,37 @@ def test_the_split_layout_has_every_operation_the_queue_runs() -> None:
     assert set(load("sqlite", "split")) == expected
 
 
+#: The ring's statements on every dialect.
+RING_COMMON = {
+    "ring_push", "ring_push_blocked", "ring_pop_leased", "ring_pop_remove", "ring_ack",
+    "ring_ack_side", "ring_fail", "ring_extend", "ring_extend_side", "ring_not_leased",
+    "ring_sweep", "ring_sweep_side", "ring_next_due", "ring_retry", "ring_delete",
+    "ring_delete_side", "ring_purge", "ring_purge_side", "ring_stats", "ring_counters",
+    "ring_notify",
+}  # fmt: skip
+
+
+def test_the_ring_layout_has_every_operation_the_queue_runs() -> None:
+    # PostgreSQL: batch pushes in one statement, pushes in a caller's transaction locked first,
+    # pop claims held across calls, a strict ack and ack_pop in one statement each (writable
+    # CTEs), holes to mark, and set-based returns from the side table. SQLite (one writer,
+    # transactional counters, no writable CTEs): a failed attempt of a message moved aside is
+    # a statement of its own, and due messages go back one by one.
+    postgresql_only = {
+        "ring_push_many", "ring_push_locked", "ring_push_many_locked", "ring_pop_leased_held",
+        "ring_pop_remove_held", "ring_ack_strict", "ring_ack_pop", "ring_ack_pop_held",
+        "ring_mark_holes", "ring_sweep_holes", "ring_return",
+    }  # fmt: skip
+    sqlite_only = {"ring_next_slot", "ring_fail_side", "ring_due", "ring_return_one"}
+    assert set(load("postgresql", "ring")) == RING_COMMON | postgresql_only
+    assert set(load("sqlite", "ring")) == RING_COMMON | sqlite_only
+
+
+def test_postgresql_runs_every_ring_operation_as_one_statement() -> None:
+    for name, parts in load("postgresql", "ring").items():
+        assert len(parts) == 1, name
+
+
 @pytest.mark.parametrize("dialect", list(DIALECTS.values()), ids=list(DIALECTS))
 def test_no_statement_is_empty_and_comments_are_dropped(dialect: Any) -> None:
     for name, parts in load(dialect.name, "split").items():

@@ -1,5 +1,8 @@
-"""``Model.queue`` of a ring queue model (``Tick``, 8 slots) on PostgreSQL and SQLite: model
-instances, the three delivery modes, fencing, failures, the failed table, and bad input."""
+"""``Model.queue`` of a ring queue model (``Tick``, 8 slots) on PostgreSQL and SQLite: what is
+Django's own (model instances of the slot table, ``items()``, the failed model and
+``waiting()``, a full ring, missing tables, the capacity check). What every front end does
+alike with a ring (delivery modes, fencing, failures, bad input) is the conformance suite's
+(tests/conformance, on ``RingJob``)."""
 
 from __future__ import annotations
 
@@ -13,12 +16,10 @@ from django.test.utils import isolate_apps
 
 from dbqueue.errors import (
     InvalidArgument,
-    InvalidPayload,
     NotLeased,
     QueueFull,
     QueueTableMissing,
     RingCapacityMismatch,
-    TransactionStateError,
 )
 from dbqueue.message import State
 from dbqueue.ring import RingQueue, SlotState
@@ -110,48 +111,6 @@ def test_the_removing_modes_empty_the_slot(
         queue.ack(ticks)  # nothing to acknowledge: they are gone
 
 
-def test_a_transactional_pop_rolled_back_keeps_the_message(
-    alias: str, queue: RingDjangoQueue[Tick]
-) -> None:
-    (number,) = push(queue, 1)
-    with pytest.raises(RuntimeError), transaction.atomic(using=alias):
-        assert [t.id for t in queue.pop_batch(1, mode="transactional")] == [number]
-        raise RuntimeError("the caller's work failed")
-    # The slot is full again. (On PostgreSQL its pop number was spent: the sweeper pushes a
-    # stranded message again after stranded_after; on SQLite the counter rolled back too.)
-    assert [(t.id, t.state) for t in queue.items()] == [(number, SlotState.READY)]
-
-
-def test_delivery_modes_check_the_transaction(alias: str, queue: RingDjangoQueue[Tick]) -> None:
-    with pytest.raises(TransactionStateError, match="needs an open transaction"):
-        queue.pop_batch(1, mode="transactional")
-    with pytest.raises(TransactionStateError), transaction.atomic(using=alias):
-        queue.pop_batch(1, mode="at_most_once")
-    with pytest.raises(InvalidArgument, match="unknown delivery mode"):
-        queue.pop_batch(1, mode="twice")
-
-
-def test_ack_is_fenced_by_the_lease_token(queue: RingDjangoQueue[Tick]) -> None:
-    (number,) = push(queue, 1)
-    (first,) = queue.pop_batch(1)
-    assert queue.fail(first, "retry me", delay=ZERO) == {number: State.READY}
-    queue.rescue()
-    (again,) = queue.pop_batch(1)
-    assert again.id == number + 1 and again.attempts == 2  # pushed again at the tail
-    with pytest.raises(NotLeased):
-        queue.ack(first)  # an older delivery cannot ack the new one
-    assert queue.extend([again]) == [again.id]
-    assert queue.ack(again) == [again.id]
-
-
-def test_ack_pop_acks_and_leases_the_next(queue: RingDjangoQueue[Tick]) -> None:
-    numbers = push(queue, 4)
-    first = queue.pop_batch(2)
-    acked, following = queue.ack_pop(first, 2)
-    assert acked == 2 and [t.id for t in following] == numbers[2:]
-    assert isinstance(following[0], Tick)
-
-
 def test_a_failure_waits_out_of_the_ring_then_the_sweeper_pushes_it_again(
     queue: RingDjangoQueue[Tick],
 ) -> None:
@@ -183,15 +142,6 @@ def test_failed_messages_move_to_the_failed_model(alias: str, queue: RingDjangoQ
     assert not queue.failed().exists()
 
 
-def test_delete_and_purge(queue: RingDjangoQueue[Tick]) -> None:
-    failed = fail_for_good(queue, "BAD")
-    numbers = push(queue, 3)
-    assert queue.delete([numbers[0], failed]) == 2
-    assert [t.id for t in queue.items()] == numbers[1:]
-    assert queue.purge() == 2
-    assert queue.stats()["ready"] == 0 and not queue.failed().exists()
-
-
 def test_items_filter_by_slot_state(queue: RingDjangoQueue[Tick]) -> None:
     numbers = push(queue, 2)
     queue.pop_batch(1)
@@ -219,34 +169,6 @@ def test_the_core_queue_is_cached_per_model_and_database(alias: str) -> None:
 
 
 # -- bad input -----------------------------------------------------------------------------
-
-
-def test_a_ring_has_no_priorities_or_delays(queue: RingDjangoQueue[Tick]) -> None:
-    with pytest.raises(InvalidArgument, match="push order: it has no priorities"):
-        queue.push(priority=5, **tick(1))
-    with pytest.raises(InvalidArgument, match="cannot delay"):
-        queue.push_many([tick(1)], delay=dt.timedelta(seconds=5))
-    with pytest.raises(InvalidArgument, match="no priorities"):
-        queue.set_priority([1], 3)
-    assert queue.stats()["ready"] == 0
-
-
-@pytest.mark.parametrize(
-    ("payload", "error"),
-    [
-        ({"symbol": "ACME"}, "price"),
-        ({"symbol": "TOO LONG A SYMBOL", "price": Decimal(1)}, "symbol"),
-        ({"symbol": None, "price": Decimal(1)}, "symbol"),
-        ({"symbol": "ACME", "price": Decimal(1), "colour": "red"}, "colour"),
-    ],
-)
-def test_bad_payloads_are_refused_before_anything_is_written(
-    queue: RingDjangoQueue[Tick], payload: dict[str, Any], error: str
-) -> None:
-    # Every slot column is nullable, but the declared nullability is what the push checks.
-    with pytest.raises(InvalidPayload, match=error):
-        queue.push_many([tick(1), payload])
-    assert queue.stats()["ready"] == 0
 
 
 def test_a_full_ring_raises_queue_full(queue: RingDjangoQueue[Tick]) -> None:

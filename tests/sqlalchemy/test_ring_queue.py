@@ -1,6 +1,8 @@
 """``Model.queue`` of a ring queue class (``Tick``, 8 slots) on a Session, on real PostgreSQL
-and SQLite: slot instances, the delivery modes, fencing, failures and the failed table, a full
-ring, bad input, and the capacity check."""
+and SQLite: what is SQLAlchemy's own (transient slot instances, ``items()``, the failed table
+and ``waiting()``, a full ring, missing tables, the capacity check). What every front end does
+alike with a ring (delivery modes, fencing, failures, bad input) is the conformance suite's
+(tests/conformance, on ``RingJob``)."""
 
 from __future__ import annotations
 
@@ -16,12 +18,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 import dbqueue_sa.queue
 from dbqueue.errors import (
     InvalidArgument,
-    InvalidPayload,
     NotLeased,
     QueueFull,
     QueueTableMissing,
     RingCapacityMismatch,
-    TransactionStateError,
 )
 from dbqueue.message import State
 from dbqueue.ring import RingQueue, SlotState
@@ -117,38 +117,6 @@ def test_the_removing_modes_empty_the_slot(session: Session, mode: str) -> None:
         Tick.queue.ack(session, ticks)  # nothing to acknowledge: they are gone
 
 
-def test_a_transactional_pop_rolled_back_keeps_the_message(session: Session) -> None:
-    (number,) = push(session, 1)
-    assert [t.id for t in Tick.queue.pop_batch(session, 1, mode="transactional")] == [number]
-    session.rollback()
-    # The slot is full again (on PostgreSQL its pop number was spent: the sweeper pushes it
-    # again after stranded_after).
-    assert [(t.id, t.state) for t in session.scalars(Tick.queue.items())] == [
-        (number, SlotState.READY)
-    ]
-
-
-def test_at_most_once_needs_a_session_without_a_transaction(
-    session: Session, engine: sa.Engine
-) -> None:
-    push(session, 2)
-    Tick.queue.stats(session)
-    with pytest.raises(TransactionStateError, match="the session has a transaction open"):
-        Tick.queue.pop_batch(session, 1, mode="at_most_once")
-    session.rollback()
-    assert len(Tick.queue.pop_batch(session, 1, mode="at_most_once")) == 1
-    session.rollback()  # too late: committed on its own
-    with Session(engine) as other:
-        assert Tick.queue.stats(other)["ready"] == 1
-
-
-def test_a_push_rolled_back_with_the_session_is_gone(session: Session, engine: sa.Engine) -> None:
-    Tick.queue.push_many(session, [tick(1), tick(2)])
-    session.rollback()
-    with Session(engine) as other:
-        assert Tick.queue.stats(other)["ready"] == 0 and item_ids(other) == []
-
-
 def test_a_connection_instead_of_a_session(engine: sa.Engine) -> None:
     with engine.begin() as conn:
         numbers = Tick.queue.push_many(conn, [tick(1), tick(2)])
@@ -159,26 +127,6 @@ def test_a_connection_instead_of_a_session(engine: sa.Engine) -> None:
 
 
 # -- acknowledging and failing ----------------------------------------------------------------
-
-
-def test_ack_is_fenced_by_the_lease_token(session: Session) -> None:
-    (number,) = push(session, 1)
-    (first,) = Tick.queue.pop_batch(session)
-    assert Tick.queue.fail(session, first, "retry me", delay=ZERO) == {number: State.READY}
-    Tick.queue.rescue(session)
-    (again,) = Tick.queue.pop_batch(session)
-    assert (again.id, again.attempts) == (number + 1, 2)  # pushed again at the tail
-    with pytest.raises(NotLeased):
-        Tick.queue.ack(session, first)  # an older delivery cannot ack the new one
-    assert Tick.queue.extend(session, [again]) == [again.id]
-    assert Tick.queue.ack(session, again) == [again.id]
-
-
-def test_ack_pop_acks_and_leases_the_next(session: Session) -> None:
-    numbers = push(session, 4)
-    first = Tick.queue.pop_batch(session, 2)
-    acked, following = Tick.queue.ack_pop(session, first, 2)
-    assert acked == 2 and [(type(t), t.id) for t in following] == [(Tick, n) for n in numbers[2:]]
 
 
 def test_a_failure_waits_for_its_back_off_out_of_the_ring(session: Session) -> None:
@@ -205,16 +153,6 @@ def test_failed_messages_move_to_the_failed_table(session: Session) -> None:
     assert Tick.queue.retry(session, [row.id]) == 1
     (retried,) = Tick.queue.pop_batch(session)
     assert (retried.symbol, retried.attempts) == ("BAD", 1) and retried.id > number
-    assert session.execute(Tick.queue.failed()).all() == []
-
-
-def test_delete_and_purge(session: Session) -> None:
-    failed = fail_for_good(session, "BAD")
-    numbers = push(session, 3)
-    assert Tick.queue.delete(session, [numbers[0], failed]) == 2
-    assert item_ids(session) == numbers[1:]
-    assert Tick.queue.purge(session) == 2
-    assert Tick.queue.stats(session)["ready"] == 0
     assert session.execute(Tick.queue.failed()).all() == []
 
 
@@ -248,40 +186,6 @@ def test_the_core_queue_is_cached_per_class_and_database(session: Session, url: 
 
 
 # -- bad input and a full ring ----------------------------------------------------------------
-
-
-def test_a_ring_has_no_priorities_or_delays(session: Session) -> None:
-    with pytest.raises(InvalidArgument, match="push order: it has no priorities"):
-        Tick.queue.push(session, priority=5, **tick(1))
-    with pytest.raises(InvalidArgument, match="cannot delay"):
-        Tick.queue.push_many(session, [tick(1)], delay=dt.timedelta(seconds=5))
-    with pytest.raises(InvalidArgument, match="cannot delay"):
-        Tick.queue.push(session, run_at=dt.datetime.now(dt.UTC), **tick(1))
-    with pytest.raises(InvalidArgument, match="no priorities"):
-        Tick.queue.set_priority(session, [1], 3)
-    assert Tick.queue.stats(session)["ready"] == 0
-
-
-@pytest.mark.parametrize(
-    ("payload", "error"),
-    [
-        ({"symbol": "ACME"}, "missing field(s) 'price'"),
-        ({"symbol": "TOO LONG A SYMBOL", "price": Decimal(1)}, "field 'symbol'"),
-        ({"symbol": None, "price": Decimal(1)}, "field 'symbol': is not nullable"),
-        ({"symbol": "ACME", "price": "a lot"}, "field 'price'"),
-        ({"symbol": "ACME", "price": Decimal(1), "colour": "red"}, "unknown field(s) 'colour'"),
-    ],
-    ids=["missing", "too-long", "null", "wrong-type", "unknown"],
-)
-def test_bad_payloads_are_refused_before_anything_is_written(
-    session: Session, payload: dict[str, Any], error: str
-) -> None:
-    # Every slot column is nullable, but the declared nullability is what the push checks.
-    with pytest.raises(InvalidPayload) as caught:
-        Tick.queue.push_many(session, [tick(1), payload])
-    assert error in str(caught.value)
-    session.commit()
-    assert Tick.queue.stats(session)["ready"] == 0
 
 
 def test_a_full_ring_raises_queue_full_and_loses_nothing(session: Session) -> None:

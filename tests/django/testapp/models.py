@@ -9,9 +9,9 @@ from dbqueue import Backoff
 from dbqueue_django.models import QueueModel, RingQueueModel
 
 
-class JobFields(QueueModel):
+class JobFields(models.Model):
     """The conformance suite's payload: a field of every supported kind (its core twin is
-    JOB_FIELDS in tests/conformance/spec.py)."""
+    JOB_FIELDS in tests/conformance/spec.py), for a split queue and a ring."""
 
     name = models.CharField(max_length=50)
     n = models.IntegerField(default=0)
@@ -26,8 +26,11 @@ class JobFields(QueueModel):
     class Meta:
         abstract = True
 
+    def __str__(self) -> str:
+        return self.name
 
-class Job(JobFields):
+
+class Job(JobFields, QueueModel):
     """The conformance suite's queue (its core twin is tests/conformance/spec.py)."""
 
     class QueueOptions:
@@ -35,7 +38,7 @@ class Job(JobFields):
         lease = timedelta(seconds=30)
 
 
-class KeptJob(JobFields):
+class KeptJob(JobFields, QueueModel):
     """Job's twin that keeps its processed items as done (the conformance suite's keep_done
     queue; its core twin is KEPT_OPTIONS in tests/conformance/spec.py)."""
 
@@ -43,6 +46,18 @@ class KeptJob(JobFields):
         max_attempts = 3
         lease = timedelta(seconds=30)
         keep_done = True
+
+
+class RingJob(JobFields, RingQueueModel):
+    """The conformance suite's ring (its core twin is RING_OPTIONS in
+    tests/conformance/spec.py)."""
+
+    class QueueOptions:
+        capacity = 1024
+        max_attempts = 3
+        lease = timedelta(seconds=30)
+        stranded_after = timedelta(0)
+        push_timeout = timedelta(seconds=60)
 
 
 class Ping(QueueModel):
