@@ -51,6 +51,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--pair-seconds", type=float, help="seconds per pairs figure (default 5; --quick: 1.5)"
     )
     p.add_argument("--no-pgbench", action="store_true", help="skip the pgbench reference")
+    p.add_argument(
+        "--no-ring-pgbench",
+        action="store_true",
+        help="skip only the pgbench ring references of the pairs workload (25 minutes at 30 s)",
+    )
     p.add_argument("--sync-commit", choices=("on", "off"), default="on")
     p.add_argument("--out", type=Path, help="output folder (default bench/results/<date>)")
     p.add_argument(
@@ -103,7 +108,8 @@ def main(argv: list[str]) -> int:
         keep = {*wanted, "roundtrip"}
         results += [m for m in pgbench.measure(env, repeat) if m.workload in keep]
         print(f"pgbench reference {time.perf_counter() - step:.1f} s", flush=True)
-        if "pairs" in wanted and any(n.startswith("dbqueue-ring") for n in names):
+        rings = any(n.startswith("dbqueue-ring") for n in names)
+        if "pairs" in wanted and rings and not args.no_ring_pgbench:
             step = time.perf_counter()
             seconds = env.pair_seconds or (1.5 if env.quick else 5.0)
             results += ring_pgbench.measure(env, env.pair_counts or PAIRS, seconds)
