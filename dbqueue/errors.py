@@ -6,6 +6,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """``repr(value)`` for an error message, at most ``limit`` characters; a short
+    description where repr itself fails (an int too long for str, a broken __repr__)."""
+    try:
+        text = repr(value)
+    except Exception:
+        if isinstance(value, int):
+            return f"an int of {value.bit_length()} bits"
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class DBQueueError(Exception):
     """Base class of every error dbqueue raises on purpose."""
 
@@ -49,6 +61,35 @@ class NotLeased(DBQueueError):
 
 class QueueTableMissing(DBQueueError):
     """The queue's tables do not exist in this database (migrations not applied?)."""
+
+
+class QueueUnavailable(DBQueueError):
+    """The database could not be reached, or stopped serving, while a queue operation ran:
+    the server restarting or shutting down, a lost connection, a failover that left the
+    connection on a read-only standby, a deadlock or serialization failure. Trying again
+    later is the remedy; the driver's error is chained (``__cause__``).
+
+    ``stored`` says what became of a write: ``False`` when it is known not to have happened
+    (the server refused the statement, or it ran in a transaction that cannot commit now),
+    ``None`` when the outcome is unknown (the connection broke while an autocommit statement
+    was in flight: the server may have committed it before the break). A producer that must
+    not lose a message retries when ``stored`` is False; when it is None, a retry may store
+    it twice (see the how-to on producers during an outage).
+    """
+
+    def __init__(self, queue: str, operation: str, stored: bool | None, cause: BaseException):
+        self.queue, self.operation, self.stored = queue, operation, stored
+        outcome = (
+            "nothing was written"
+            if stored is False
+            else "the connection broke while the statement was in flight: it may or may not "
+            "have been committed"
+        )
+        reason = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        super().__init__(
+            f"queue {queue!r}: the database is unavailable during {operation} ({reason}); "
+            f"{outcome}. Try again once it is back."
+        )
 
 
 class UnsupportedDatabase(DBQueueError):
