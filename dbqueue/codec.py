@@ -16,10 +16,10 @@ import math
 import operator
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dbqueue.errors import InvalidPayload, PayloadTooLarge
+from dbqueue.errors import InvalidPayload, PayloadTooLarge, shown
 from dbqueue.spec import Field, FieldKind, QueueSpec
 
 if TYPE_CHECKING:
@@ -39,10 +39,7 @@ _INT_RANGES = {
 
 
 def _fail(spec: QueueSpec, f: Field, value: object, why: str) -> InvalidPayload:
-    shown = repr(value)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
-    return InvalidPayload(f"queue {spec.table!r}, field {f.name!r}: {why} (got {shown})")
+    return InvalidPayload(f"queue {spec.table!r}, field {f.name!r}: {why} (got {shown(value)})")
 
 
 def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
@@ -83,10 +80,14 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
         if kind is FieldKind.FLOAT:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise _fail(spec, f, value, "expects a float")
-            if math.isnan(value):
+            try:
+                real = float(value)
+            except OverflowError:
+                raise _fail(spec, f, value, "is out of range for a float") from None
+            if math.isnan(real):
                 # SQLite turns NaN into NULL: refused everywhere rather than lost somewhere.
                 raise _fail(spec, f, value, "is NaN, which not every database can store")
-            return float(value), 8
+            return real, 8
         if kind is FieldKind.DECIMAL:
             return _check_decimal(spec, f, value), 16
         if kind is FieldKind.DATETIME:
@@ -128,8 +129,10 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
         if kind is FieldKind.UUID:
             if isinstance(value, uuid.UUID):
                 return value, 16
+            if not isinstance(value, str):
+                raise _fail(spec, f, value, "expects a UUID")
             try:
-                return uuid.UUID(str(value)), 16
+                return uuid.UUID(value), 16
             except ValueError:
                 raise _fail(spec, f, value, "expects a UUID") from None
         raise AssertionError(kind)  # pragma: no cover - FieldKind is closed
@@ -152,7 +155,7 @@ def _check_decimal(spec: QueueSpec, f: Field, value: Any) -> decimal.Decimal:
         raise _fail(spec, f, value, "expects a Decimal")
     try:
         number = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
-    except decimal.InvalidOperation:
+    except (decimal.InvalidOperation, ValueError):  # ValueError: an int too long for str()
         raise _fail(spec, f, value, "expects a Decimal") from None
     if not number.is_finite():
         raise _fail(spec, f, value, "must be finite")
@@ -166,6 +169,30 @@ def _check_decimal(spec: QueueSpec, f: Field, value: Any) -> decimal.Decimal:
         if digits > f.max_digits:
             raise _fail(spec, f, value, f"has {digits} digits, max {f.max_digits}")
     return number
+
+
+_NOT_ROWS = "push_many needs an iterable of payloads (mappings of field names to values)"
+_NOT_PAYLOAD = "a payload is a mapping of field names to values"
+
+
+def payload_rows(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``rows`` as a list, checked to be an iterable of mappings with str keys (what
+    ``push_many`` takes), or InvalidPayload."""
+    if isinstance(rows, str | bytes | bytearray | Mapping):
+        raise InvalidPayload(f"{_NOT_ROWS}, got {shown(rows)}")
+    try:
+        payloads = list(rows)
+    except TypeError:
+        raise InvalidPayload(f"{_NOT_ROWS}, got {shown(rows)}") from None
+    for row in payloads:
+        check_payload(row)
+    return payloads
+
+
+def check_payload(payload: object) -> None:
+    """Raise InvalidPayload unless ``payload`` is a mapping with str keys."""
+    if not isinstance(payload, Mapping) or not all(isinstance(k, str) for k in payload):
+        raise InvalidPayload(f"{_NOT_PAYLOAD}, got {shown(payload)}")
 
 
 class Codec:
@@ -186,8 +213,13 @@ class Codec:
         ]
         self._limit = spec.options.max_payload_bytes
 
+    def encode_many(self, rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
+        """:meth:`encode` each of ``rows`` (an iterable of payloads), or raise InvalidPayload."""
+        return [self.encode(row) for row in payload_rows(rows)]
+
     def encode(self, payload: Mapping[str, Any]) -> list[Any]:
         """Return the bound values of ``payload`` in field order, or raise InvalidPayload."""
+        check_payload(payload)
         if payload.keys() - self._known or self._required - payload.keys():
             self._raise_names(payload)
         values: list[Any] = []

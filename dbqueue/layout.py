@@ -8,76 +8,156 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from dbqueue.codec import Codec
 from dbqueue.dialects.base import Dialect
-from dbqueue.errors import InvalidArgument, NotLeased, QueueTableMissing, TransactionStateError
+from dbqueue.error_text import storable_error
+from dbqueue.errors import (
+    DBQueueError,
+    InvalidArgument,
+    NotLeased,
+    QueueTableMissing,
+    TransactionStateError,
+    shown,
+)
 from dbqueue.executor import Executor, Row
 from dbqueue.message import DeliveryMode, Message, State
+from dbqueue.outage import is_outage, unavailable
 from dbqueue.spec import PRIORITY_MAX, PRIORITY_MIN, QueueSpec
 from dbqueue.sql import Statement, render
 
 #: Something that names a leased item: a Message, an object with ``id`` and ``attempts``
-#: attributes (a model instance), a bare id (not fenced by attempts), or — as an element of a
-#: list — an ``(id, attempts)`` tuple. A tuple passed on its own is a sequence of items.
+#: attributes (a model instance), or — as an element of a list — an ``(id, attempts)`` tuple:
+#: a delivery token, which fences a consumer's ack, fail, extend and release. A bare id names
+#: the item whatever its delivery: for the operator's operations (retry, delete, ack_by_id,
+#: fail_by_id). A tuple passed on its own is a sequence of items.
 TokenLike = Any
 Token = tuple[int, int | None]
 
-MAX_ERROR_CHARS = 65_536
 RESCUE_ERROR = "lease expired: the worker holding it died, or overran its lease"
 ZERO = dt.timedelta(0)
 
 
+#: The columns' real ranges: ids and counts are bigint, attempts smallint.
+BIGINT_MAX = 2**63 - 1
+ATTEMPTS_MAX = 2**15 - 1
+#: The longest lease, delay or back-off: now plus it stays inside the range of every
+#: database's timestamps (and of Python's datetime, which computes it).
+MAX_DURATION = dt.timedelta(days=365_000)
+
+
 def positive(name: str, value: int | None, default: int) -> int:
-    """``value`` checked to be a positive int, or ``default`` when None."""
+    """``value`` checked to be a positive int in the bigint range, or ``default`` when None."""
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(f"{name} must be a positive int, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= BIGINT_MAX:
+        raise InvalidArgument(
+            f"{name} must be a positive int (at most 2**63 - 1), got {shown(value)}"
+        )
+    return value
+
+
+def check_duration(name: str, value: object, *, zero: bool) -> dt.timedelta:
+    """``value`` checked to be a timedelta, positive (or zero if ``zero``), at most
+    :data:`MAX_DURATION`."""
+    low = "non-negative" if zero else "positive"
+    if (
+        not isinstance(value, dt.timedelta)
+        or value < ZERO
+        or (value == ZERO and not zero)
+        or value > MAX_DURATION
+    ):
+        raise InvalidArgument(
+            f"{name} must be a {low} timedelta of at most {MAX_DURATION.days:,} days, "
+            f"got {shown(value)}"
+        )
     return value
 
 
 def check_priority(priority: int) -> None:
     """Raise InvalidArgument unless ``priority`` is an int in the smallint range."""
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidArgument(f"priority must be an int, got {priority!r}")
+        raise InvalidArgument(f"priority must be an int, got {shown(priority)}")
     if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
         raise InvalidArgument(
-            f"priority {priority} is out of range ({PRIORITY_MIN}..{PRIORITY_MAX})"
+            f"priority {shown(priority)} is out of range ({PRIORITY_MIN}..{PRIORITY_MAX})"
         )
 
 
 def check_count(operation: str, n: int) -> None:
-    """Raise InvalidArgument unless ``n`` is a positive int."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InvalidArgument(f"{operation} needs a positive int count, got {n!r}")
+    """Raise InvalidArgument unless ``n`` is a positive int in the bigint range."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= BIGINT_MAX:
+        raise InvalidArgument(
+            f"{operation} needs a positive int count (at most 2**63 - 1), got {shown(n)}"
+        )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _token_of(item_id: object, attempts: object, item: object) -> Token:
+    if isinstance(item_id, bool) or not isinstance(item_id, int) or not 0 <= item_id <= BIGINT_MAX:
+        raise InvalidArgument(f"not an item or id (ids are ints, 0..2**63 - 1): {shown(item)}")
+    if attempts is None:
+        return (item_id, None)
+    if isinstance(attempts, bool) or not isinstance(attempts, int):
+        raise InvalidArgument(f"attempts must be an int: {shown(item)}")
+    if not 0 <= attempts <= ATTEMPTS_MAX:
+        raise InvalidArgument(f"attempts must be in 0..{ATTEMPTS_MAX}: {shown(item)}")
+    return (item_id, attempts)
 
 
 def to_token(item: TokenLike) -> Token:
-    """Normalise one of the forms in :data:`TokenLike` to ``(id, attempts | None)``."""
-    if isinstance(item, bool):
-        raise InvalidArgument(f"not an item or id: {item!r}")
-    if isinstance(item, int):
-        return (item, None)
+    """Normalise one of the forms in :data:`TokenLike` to ``(id, attempts | None)``, checked
+    against the columns' ranges."""
+    if _is_int(item):
+        return _token_of(item, None, item)
     if isinstance(item, tuple) and len(item) == 2:
-        return (int(item[0]), None if item[1] is None else int(item[1]))
+        return _token_of(item[0], item[1], item)
     item_id, attempts = getattr(item, "id", None), getattr(item, "attempts", None)
-    if not isinstance(item_id, int):
-        raise InvalidArgument(f"not an item or id: {item!r}")
-    return (item_id, attempts if isinstance(attempts, int) else None)
+    return _token_of(item_id, attempts if _is_int(attempts) else None, item)
 
 
 def to_tokens(items: TokenLike | Iterable[TokenLike]) -> list[Token]:
     """One item or many, deduplicated by id (the last token wins), in first-seen order."""
-    if isinstance(items, int) or hasattr(items, "id"):
+    if _is_int(items) or hasattr(items, "id"):
         items = [items]
+    if items is None or isinstance(items, str | bytes | bytearray | Mapping):
+        raise InvalidArgument(_NOT_ITEMS + shown(items))
+    try:
+        iterator = iter(items)
+    except TypeError:
+        raise InvalidArgument(_NOT_ITEMS + shown(items)) from None
     tokens: dict[int, Token] = {}
-    for item in items:
+    for item in iterator:
         token = to_token(item)
         tokens[token[0]] = token
     return list(tokens.values())
+
+
+def fenced(items: TokenLike | Iterable[TokenLike], operation: str) -> list[Token]:
+    """The delivery tokens of ``items`` for a consumer's ``operation`` (ack, fail, extend,
+    release), each with its attempt: a bare id is refused, since it would settle whichever
+    delivery holds the item now (a redelivered copy another worker is handling)."""
+    tokens = to_tokens(items)
+    bare = [t[0] for t in tokens if t[1] is None]
+    if bare:
+        raise InvalidArgument(
+            f"{operation}() takes the items popped (messages, model instances or (id, attempts) "
+            f"tokens), not bare ids (got {shown(bare[:5])}): an id alone would settle whichever "
+            f"delivery holds the item now. An operator settles by id with ack_by_id() or "
+            f"fail_by_id()."
+        )
+    return tokens
+
+
+_NOT_ITEMS = (
+    "items must be an item (a message or a model instance), an id, an (id, attempts) tuple, "
+    "or an iterable of them; got "
+)
 
 
 class Layout:
@@ -113,7 +193,11 @@ class Layout:
         """Run the layout's statement for ``operation`` (see :meth:`_statement`)."""
         stmt = self._statement(operation)
         params = {**self._params(), **params}
+        # A write is known not stored if the statement was never sent, or ran in a transaction
+        # (read before: once a connection breaks, the driver cannot tell any more).
+        not_stored = True
         try:
+            not_stored = ex.in_transaction()
             if len(stmt.parts) == 1:
                 return ex.execute(stmt.parts[0], params)
             with ex.atomic():
@@ -125,6 +209,12 @@ class Layout:
                 f"metadata.create_all() or alembic upgrade) or create them with "
                 f"dbqueue.schema.create_statements()"
             ) from exc
+        except DBQueueError:
+            raise
+        except Exception as exc:
+            if is_outage(exc):
+                raise unavailable(exc, self.spec.table, operation, not_stored) from exc
+            raise
 
     def _run_block(self, ex: Executor, stmt: Statement, params: dict[str, Any]) -> list[Row]:
         # After the statement that returns rows, :ids names those rows (see sqlite/split.sql).
@@ -168,9 +258,7 @@ class Layout:
     def _lease(self, lease: dt.timedelta | None) -> dt.timedelta:
         if lease is None:
             return self.spec.options.lease
-        if not isinstance(lease, dt.timedelta) or lease <= ZERO:
-            raise InvalidArgument(f"lease must be a positive timedelta, got {lease!r}")
-        return lease
+        return check_duration("lease", lease, zero=False)
 
     def _check_mode(self, ex: Executor, mode: DeliveryMode | str) -> DeliveryMode:
         """Parse ``mode`` and check the transaction state its guarantee needs."""
@@ -190,9 +278,7 @@ class Layout:
         return mode
 
     def _ids(self, ids: Iterable[TokenLike] | int) -> list[int]:
-        items: Iterable[TokenLike] = [ids] if isinstance(ids, int) or hasattr(ids, "id") else ids
-        out = [to_token(i)[0] for i in items]
-        return list(dict.fromkeys(out))
+        return [t[0] for t in to_tokens(ids)]
 
     # -- pop --------------------------------------------------------------------------------
 
@@ -238,7 +324,7 @@ class Layout:
         """
         check_count("ack_pop", n)
         lease = self._lease(lease)
-        tokens = to_tokens(items)
+        tokens = fenced(items, "ack_pop")
         if not tokens:
             return 0, self.pop_batch(ex, n, lease=lease)
         if not self.dialect.supports_writable_cte:
@@ -278,10 +364,18 @@ class Layout:
         ``strict`` (default): if any item is not leased under its token, raise
         :class:`NotLeased` and change nothing. ``strict=False`` acks what still matches.
         """
-        tokens = to_tokens(items)
+        tokens = fenced(items, "ack")
         if not tokens:
             return []
         return sorted(self._ack_tokens(ex, tokens, strict))
+
+    def ack_by_id(self, ex: Executor, ids: Iterable[TokenLike] | int) -> list[int]:
+        """Operator's ack: settle leased items by id, whichever delivery holds them now (not
+        fenced: a consumer acks what it popped with :meth:`ack`); return the ids acked."""
+        tokens: list[Token] = [(i, None) for i in self._ids(ids)]
+        if not tokens:
+            return []
+        return sorted(self._ack_tokens(ex, tokens, False))
 
     def _ack_tokens(self, ex: Executor, tokens: list[Token], strict: bool) -> list[int]:
         """Ack ``tokens`` (at least one); the ids acked, in any order."""
@@ -304,17 +398,41 @@ class Layout:
     ) -> dict[int, State]:
         """Record a failed attempt: ready again after the back-off, or failed for good once
         ``max_attempts`` is reached. Returns each item's new state."""
-        tokens = to_tokens(items)
-        errors = [error] * len(tokens) if isinstance(error, str) else list(error)
+        return self._fail(ex, fenced(items, "fail"), error, delay, strict)
+
+    def fail_by_id(
+        self, ex: Executor, ids: Iterable[TokenLike] | int, error: str | Sequence[str]
+    ) -> dict[int, State]:
+        """Operator's fail: record a failed attempt of leased items by id, whichever delivery
+        holds them now (not fenced: a consumer fails what it popped with :meth:`fail`).
+        Returns each item's new state."""
+        return self._fail(ex, [(i, None) for i in self._ids(ids)], error, None, False)
+
+    def _fail(
+        self,
+        ex: Executor,
+        tokens: list[Token],
+        error: str | Sequence[str],
+        delay: dt.timedelta | None,
+        strict: bool,
+    ) -> dict[int, State]:
+        if isinstance(error, str):
+            errors = [error] * len(tokens)
+        elif isinstance(error, bytes | bytearray | Mapping) or not hasattr(error, "__iter__"):
+            raise InvalidArgument(
+                f"fail() needs one error string, or one per item; got {shown(error)}"
+            )
+        else:
+            errors = list(error)
         if len(errors) != len(tokens) or not all(isinstance(e, str) for e in errors):
             raise InvalidArgument("fail() needs one error string, or one per item")
-        if delay is not None and (not isinstance(delay, dt.timedelta) or delay < ZERO):
-            raise InvalidArgument(f"delay must be a non-negative timedelta, got {delay!r}")
+        if delay is not None:
+            check_duration("delay", delay, zero=True)
         if not tokens:
             return {}
         backoff = self.spec.options.backoff
         delays = [delay if delay is not None else backoff.delay(t[1] or 1) for t in tokens]
-        errors = [e[:MAX_ERROR_CHARS] for e in errors]
+        errors = [storable_error(e) for e in errors]
         rows = self._fail_tokens(ex, tokens, delays, errors, strict)
         return {int(r[0]): State(r[1]) for r in rows}
 
@@ -344,11 +462,35 @@ class Layout:
         run_ats = [self.dialect.time_param(now + d) for d in delays]
         return {**self._token_params(tokens, run_ats, errors), **common}
 
+    def release(self, ex: Executor, items: TokenLike) -> list[int]:
+        """Hand back leased items unstarted (a worker stopping before it handled them): ready
+        again at once, the attempt their pop counted taken back; return the ids released (those
+        still leased under their token), in ascending order. The token of a released item
+        must not be used again: a split queue's next delivery of it has the same one."""
+        tokens = fenced(items, "release")
+        if not tokens:
+            return []
+        released = self._release_tokens(ex, tokens)
+        if released:
+            self._wake(ex)  # idle workers take them now
+        return sorted(released)
+
+    def _release_tokens(self, ex: Executor, tokens: list[Token]) -> list[int]:
+        """Release ``tokens`` (at least one); the ids released, in any order."""
+        return [int(r[0]) for r in self._run(ex, "release", self._token_params(tokens))]
+
+    def next_due(self, ex: Executor) -> dt.datetime | None:
+        """When this queue next has work that no push announces: the earliest time an item
+        waiting out a delay or a back-off is due, or a lease expires; None if there is none.
+        (An idle worker sleeps until then, not until its safety poll.)"""
+        (row,) = self._run(ex, "next_due", {})
+        return self.dialect.time_result(row[0])
+
     def extend(
         self, ex: Executor, items: TokenLike, *, lease: dt.timedelta | None = None
     ) -> list[int]:
         """Push the leases of items still held further out; return the ids extended."""
-        tokens = to_tokens(items)
+        tokens = fenced(items, "extend")
         if not tokens:
             return []
         lease = self._lease(lease)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from dbqueue.errors import InvalidArgument
+from dbqueue.errors import InvalidArgument, shown
 
 
 class State(IntEnum):
@@ -27,7 +27,7 @@ class State(IntEnum):
             return cls(value)
         except (KeyError, ValueError):
             names = ", ".join(s.name.lower() for s in cls)
-            raise InvalidArgument(f"unknown state {value!r}; use one of {names}") from None
+            raise InvalidArgument(f"unknown state {shown(value)}; use one of {names}") from None
 
 
 class DeliveryMode(StrEnum):
@@ -43,7 +43,9 @@ class DeliveryMode(StrEnum):
             return cls(value)
         except ValueError:
             modes = ", ".join(m.value for m in cls)
-            raise InvalidArgument(f"unknown delivery mode {value!r}; use one of {modes}") from None
+            raise InvalidArgument(
+                f"unknown delivery mode {shown(value)}; use one of {modes}"
+            ) from None
 
 
 @dataclass(slots=True)

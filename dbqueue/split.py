@@ -11,13 +11,14 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dbqueue.errors import InvalidArgument
+from dbqueue.errors import InvalidArgument, shown
 from dbqueue.executor import Executor, Row
 from dbqueue.layout import (
     RESCUE_ERROR,
     ZERO,
     Layout,
     TokenLike,
+    check_duration,
     check_priority,
     positive,
 )
@@ -67,12 +68,12 @@ class SplitQueue(Layout):
         check_priority(priority)
         if delay is not None and run_at is not None:
             raise InvalidArgument("pass delay= or run_at=, not both")
-        if delay is not None and (not isinstance(delay, dt.timedelta) or delay < ZERO):
-            raise InvalidArgument(f"delay must be a non-negative timedelta, got {delay!r}")
+        if delay is not None:
+            check_duration("delay", delay, zero=True)
         if run_at is not None and (
             not isinstance(run_at, dt.datetime) or run_at.utcoffset() is None
         ):
-            raise InvalidArgument(f"run_at must be an aware datetime, got {run_at!r}")
+            raise InvalidArgument(f"run_at must be an aware datetime, got {shown(run_at)}")
         if self.dialect.client_clock:
             params = self._clock(run_at=delay or ZERO)
             if run_at is not None:
@@ -113,7 +114,7 @@ class SplitQueue(Layout):
         transaction, so a failure leaves nothing behind.
         """
         schedule = self._schedule(priority, delay, run_at)
-        encoded = [self.codec.encode(row) for row in rows]
+        encoded = self.codec.encode_many(rows)
         size = positive("batch_size", batch_size, self.spec.options.push_many_batch)
         if not encoded:
             return []

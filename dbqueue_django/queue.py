@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from django.db import models, router
 
+from dbqueue.codec import payload_rows
 from dbqueue.message import DeliveryMode, Message, RescueResult, State
 from dbqueue.split import SplitQueue, TokenLike, data_row
 from dbqueue.worker_queue import AnyQueue
@@ -145,7 +146,7 @@ class DjangoQueue[M: "BaseQueueModel"]:
         """Enqueue many items, one statement per batch; ids in input order. All rows are
         validated first; nothing is written if any is invalid."""
         core, ex = self._bind()
-        payloads = [self._payload(r) for r in rows]
+        payloads = [self._payload(r) for r in payload_rows(rows)]
         return core.push_many(
             ex, payloads, priority=priority, delay=delay, run_at=run_at, batch_size=batch_size
         )
@@ -196,6 +197,25 @@ class DjangoQueue[M: "BaseQueueModel"]:
         core, ex = self._bind()
         return core.extend(ex, items, lease=lease)
 
+    def ack_by_id(self, ids: Iterable[Any] | int) -> list[int]:
+        """Operator's ack: settle leased items by id (ids or instances), whichever delivery
+        holds them now; a consumer acks what it popped with :meth:`ack`."""
+        core, ex = self._bind()
+        return core.ack_by_id(ex, ids)
+
+    def fail_by_id(self, ids: Iterable[Any] | int, error: str) -> dict[int, State]:
+        """Operator's fail: record a failed attempt of leased items by id, whichever delivery
+        holds them now; a consumer fails what it popped with :meth:`fail`."""
+        core, ex = self._bind()
+        return core.fail_by_id(ex, ids, error)
+
+    def release(self, items: TokenLike) -> list[int]:
+        """Hand back leased items unstarted: ready again at once, their attempt not counted
+        (what a stopping worker does with the rest of its batch). The token of a released
+        item must not be used again."""
+        core, ex = self._bind()
+        return core.release(ex, items)
+
     def retry(self, ids: Iterable[Any] | int) -> int:
         """Failed items (ids or instances) back to ready with attempts reset."""
         core, ex = self._bind()
@@ -210,6 +230,12 @@ class DjangoQueue[M: "BaseQueueModel"]:
         """Expired leases back to ready (or failed after max_attempts)."""
         core, ex = self._bind()
         return core.rescue(ex, batch=batch)
+
+    def next_due(self) -> dt.datetime | None:
+        """When the queue next has work that no push announces: an item's delay or back-off
+        ends, or a lease expires; None if there is none (what an idle worker sleeps until)."""
+        core, ex = self._bind()
+        return core.next_due(ex)
 
     def stats(self) -> dict[str, Any]:
         """Counts per state and ``oldest_ready_age`` (a timedelta, or None); for a ring also

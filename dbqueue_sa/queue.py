@@ -26,6 +26,7 @@ from sqlalchemy.orm import Mapper, Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.session import make_transient_to_detached
 
+from dbqueue.codec import payload_rows
 from dbqueue.errors import InvalidArgument, TransactionStateError
 from dbqueue.message import DeliveryMode, Message, RescueResult, State
 from dbqueue.spec import QueueSpec
@@ -189,7 +190,7 @@ class SAQueue[M]:
     ) -> list[int]:
         """Enqueue many items, one statement per batch; ids in input order. All rows are
         validated first; nothing is written if any is invalid."""
-        payloads = [self._payload(r) for r in rows]
+        payloads = [self._payload(r) for r in payload_rows(rows)]
         core, ex = self._bind(target)
         return core.push_many(
             ex, payloads, priority=priority, delay=delay, run_at=run_at, batch_size=batch_size
@@ -263,6 +264,25 @@ class SAQueue[M]:
         core, ex = self._bind(target)
         return core.extend(ex, items, lease=lease)
 
+    def ack_by_id(self, target: Target, ids: Iterable[Any] | int) -> list[int]:
+        """Operator's ack: settle leased items by id (ids or instances), whichever delivery
+        holds them now; a consumer acks what it popped with :meth:`ack`."""
+        core, ex = self._bind(target)
+        return core.ack_by_id(ex, ids)
+
+    def fail_by_id(self, target: Target, ids: Iterable[Any] | int, error: str) -> dict[int, State]:
+        """Operator's fail: record a failed attempt of leased items by id, whichever delivery
+        holds them now; a consumer fails what it popped with :meth:`fail`."""
+        core, ex = self._bind(target)
+        return core.fail_by_id(ex, ids, error)
+
+    def release(self, target: Target, items: TokenLike) -> list[int]:
+        """Hand back leased items unstarted: ready again at once, their attempt not counted
+        (what a stopping worker does with the rest of its batch). The token of a released
+        item must not be used again."""
+        core, ex = self._bind(target)
+        return core.release(ex, items)
+
     def retry(self, target: Target, ids: Iterable[Any] | int) -> int:
         """Failed items (ids or instances) back to ready with attempts reset."""
         core, ex = self._bind(target)
@@ -277,6 +297,12 @@ class SAQueue[M]:
         """Expired leases back to ready (or failed after max_attempts)."""
         core, ex = self._bind(target)
         return core.rescue(ex, batch=batch)
+
+    def next_due(self, target: Target) -> dt.datetime | None:
+        """When the queue next has work that no push announces: an item's delay or back-off
+        ends, or a lease expires; None if there is none (what an idle worker sleeps until)."""
+        core, ex = self._bind(target)
+        return core.next_due(ex)
 
     def stats(self, target: Target) -> dict[str, Any]:
         """Counts per state and ``oldest_ready_age`` (a timedelta, or None); for a ring also
@@ -350,7 +376,7 @@ class SAQueue[M]:
         self, target: AsyncTarget, rows: Iterable[Mapping[str, Any]], **kw: Any
     ) -> list[int]:
         """:meth:`push_many` on an AsyncSession."""
-        return cast(list[int], await self._arun(target, self.push_many, list(rows), **kw))
+        return cast(list[int], await self._arun(target, self.push_many, payload_rows(rows), **kw))
 
     async def apop_batch(self, target: AsyncTarget, n: int = 1, **kw: Any) -> list[M]:
         """:meth:`pop_batch` on an AsyncSession."""
@@ -376,6 +402,20 @@ class SAQueue[M]:
         """:meth:`extend` on an AsyncSession."""
         return cast(list[int], await self._arun(target, self.extend, items, **kw))
 
+    async def aack_by_id(self, target: AsyncTarget, ids: Iterable[Any] | int) -> list[int]:
+        """:meth:`ack_by_id` on an AsyncSession."""
+        return cast(list[int], await self._arun(target, self.ack_by_id, ids))
+
+    async def afail_by_id(
+        self, target: AsyncTarget, ids: Iterable[Any] | int, error: str
+    ) -> dict[int, State]:
+        """:meth:`fail_by_id` on an AsyncSession."""
+        return cast(dict[int, State], await self._arun(target, self.fail_by_id, ids, error))
+
+    async def arelease(self, target: AsyncTarget, items: TokenLike) -> list[int]:
+        """:meth:`release` on an AsyncSession."""
+        return cast(list[int], await self._arun(target, self.release, items))
+
     async def aretry(self, target: AsyncTarget, ids: Iterable[Any] | int) -> int:
         """:meth:`retry` on an AsyncSession."""
         return cast(int, await self._arun(target, self.retry, ids))
@@ -389,6 +429,10 @@ class SAQueue[M]:
     async def arescue(self, target: AsyncTarget, **kw: Any) -> RescueResult:
         """:meth:`rescue` on an AsyncSession."""
         return cast(RescueResult, await self._arun(target, self.rescue, **kw))
+
+    async def anext_due(self, target: AsyncTarget) -> dt.datetime | None:
+        """:meth:`next_due` on an AsyncSession."""
+        return cast(dt.datetime | None, await self._arun(target, self.next_due))
 
     async def astats(self, target: AsyncTarget) -> dict[str, Any]:
         """:meth:`stats` on an AsyncSession."""

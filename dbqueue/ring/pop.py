@@ -203,6 +203,18 @@ class RingPop(RingBase):
 
         return [int(r[0]) for r in self._settle(ex, tokens, once, "ack", strict)]
 
+    def _release_tokens(self, ex: Executor, tokens: list[Token]) -> list[int]:
+        """To the side table, ready (see ring_release), then pushed again at the tail."""
+        if self.dialect.supports_writable_cte:  # the slots and the side table in one statement
+            rows = self._rows(ex, "release", self._token_params(tokens), NumberRow)
+            released = [r.number for r in rows]
+        else:
+            with ex.atomic():
+                released = self._in_slots_then_aside(ex, "release", tokens, self._clock())
+        if released:
+            self.return_due(ex)
+        return released
+
     def _extend_tokens(self, ex: Executor, tokens: list[Token], lease: dt.timedelta) -> list[int]:
         extra = {"lease": lease, **self._clock(lease_until=lease)}
         return self._in_slots_then_aside(ex, "extend", tokens, extra)

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dbqueue.errors import InvalidArgument, QueueFull
+from dbqueue.errors import InvalidArgument, QueueFull, shown
 from dbqueue.executor import Executor
 from dbqueue.layout import positive
 from dbqueue.ring.base import RingBase
@@ -46,7 +46,7 @@ class RingPush(RingBase):
         if priority != 0 or isinstance(priority, bool):
             raise InvalidArgument(
                 f"a ring queue delivers in push order: it has no priorities (got priority="
-                f"{priority!r}); use a split queue (Django: QueueModel, SQLAlchemy: "
+                f"{shown(priority)}); use a split queue (Django: QueueModel, SQLAlchemy: "
                 f"QueueMixin) for prioritised work"
             )
         if delay is not None or run_at is not None:
@@ -92,7 +92,7 @@ class RingPush(RingBase):
         which messages were pushed (outside a transaction those are committed).
         """
         self._fifo_only(priority, delay, run_at)
-        encoded = [self.codec.encode(row) for row in rows]
+        encoded = self.codec.encode_many(rows)
         size = positive("batch_size", batch_size, self.spec.options.push_many_batch)
         ids: list[int] = []
         for start in range(0, len(encoded), size):

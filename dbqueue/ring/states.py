@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-from dbqueue.errors import InvalidArgument
+from dbqueue.errors import InvalidArgument, shown
 from dbqueue.message import State
 
 
@@ -73,7 +73,7 @@ def item_state(state: State | str | int) -> SlotState:
     name = state.lower() if isinstance(state, str) else State(state).name.lower()
     if name not in ITEM_STATES:
         raise InvalidArgument(
-            f"a ring queue's slots hold {' and '.join(ITEM_STATES)} messages; got {state!r} "
+            f"a ring queue's slots hold {' and '.join(ITEM_STATES)} messages; got {shown(state)} "
             f"(failed messages, and those waiting for a retry, are in its side table: "
             f"Model.queue.failed())"
         )

@@ -14,7 +14,6 @@ One sweep, in small batches, one sweeper per queue at a time:
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable
 from typing import Any
 
@@ -97,12 +96,6 @@ class RingSweeper(RingBase):
                     break  # the ring is full: the rest stay aside
                 moved += 1
         return moved, len(due)
-
-    def next_due(self, ex: Executor) -> dt.datetime | None:
-        """When the sweeper next has work in the side table: the earliest due time of a
-        waiting message or expiry of a lease put aside; None when there is none."""
-        (row,) = self._run(ex, "next_due", {})
-        return self.dialect.time_result(row[0])
 
     def retry(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
         """Failed messages made ready again, attempts reset, and pushed again at the tail now

@@ -237,7 +237,8 @@ def test_pop_batch_refuses_a_bad_lease(stored: tuple[Front, Item, list[int]], le
 
 def test_ack_of_items_never_popped_changes_nothing(stored: tuple[Front, Item, list[int]]) -> None:
     front, leased, ready = stored
-    message = raises(front, NotLeased, lambda: front.ack(ready[:2]), str(ready[0]), str(ready[1]),
+    tokens = [(r, 1) for r in ready[:2]]  # tokens of deliveries that never happened
+    message = raises(front, NotLeased, lambda: front.ack(tokens), str(ready[0]), str(ready[1]),
                      "nothing was changed")  # fmt: skip
     assert "ack" in message
     assert front.states()[leased.id] == 1  # the leased item is still leased
@@ -247,14 +248,14 @@ def test_ack_of_items_never_popped_changes_nothing(stored: tuple[Front, Item, li
 def test_ack_of_ids_that_do_not_exist(stored: tuple[Front, Item, list[int]]) -> None:
     front = stored[0]
     with unchanged(front), pytest.raises(NotLeased) as err:
-        front.ack([10**9, 10**9 + 1])
+        front.ack([(10**9, 1), (10**9 + 1, 1)])
     assert err.value.ids == [10**9, 10**9 + 1]
 
 
 def test_ack_of_a_mix_acks_nothing(stored: tuple[Front, Item, list[int]]) -> None:
     front, leased, ready = stored
     with unchanged(front), pytest.raises(NotLeased) as err:
-        front.ack([leased, ready[0]])
+        front.ack([leased, (ready[0], 1)])
     assert err.value.ids == [ready[0]]
     assert front.ack([leased]) == [leased.id]
 
@@ -262,7 +263,7 @@ def test_ack_of_a_mix_acks_nothing(stored: tuple[Front, Item, list[int]]) -> Non
 def test_fail_of_a_mix_fails_nothing(stored: tuple[Front, Item, list[int]]) -> None:
     front, leased, ready = stored
     with unchanged(front), pytest.raises(NotLeased) as err:
-        front.fail([leased, ready[0]], "boom")
+        front.fail([leased, (ready[0], 1)], "boom")
     assert err.value.ids == [ready[0]] and "fail" in str(err.value)
     assert front.last_error(leased.id) is None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from dbqueue.errors import InvalidArgument, NotLeased, TransactionStateError
@@ -24,7 +26,7 @@ def test_strict_ack_of_an_item_not_leased_changes_nothing(front: Front) -> None:
     batch = front.pop_batch(2)
     never_popped = front.push(name="c")
     with pytest.raises(NotLeased) as err:
-        front.ack([*batch, never_popped])
+        front.ack([*batch, (never_popped, 1)])
     assert err.value.ids == [never_popped]
     assert front.counts() == (3, 3)
     assert sorted(front.ack(batch)) == sorted(i.id for i in batch)
@@ -33,7 +35,7 @@ def test_strict_ack_of_an_item_not_leased_changes_nothing(front: Front) -> None:
 def test_lenient_ack_removes_what_is_still_leased(front: Front) -> None:
     a, b = front.push(name="a"), front.push(name="b")
     batch = front.pop_batch(2)
-    assert front.ack([a, b + 1000], strict=False) == [a]
+    assert front.ack([(a, 1), (b + 1000, 1)], strict=False) == [a]
     assert front.counts() == (1, 1)
     assert front.ack(batch, strict=False) == [b]
 
@@ -49,6 +51,37 @@ def test_an_expired_lease_cannot_ack_the_redelivered_copy(front: Front) -> None:
     with pytest.raises(NotLeased):
         front.ack(first)  # the stale token (attempt 1) is fenced off
     assert front.ack(second) == [second.id]
+
+
+def test_a_stale_consumer_settles_nothing_in_any_form(front: Front) -> None:
+    front.push(name="x")
+    (first,) = front.pop_batch(1)  # consumer A
+    front.expire_leases()
+    assert front.rescue().ready == 1
+    (second,) = front.pop_batch(1)  # consumer B has it now
+    for token in (first, [first], [(first.id, first.attempts)]):
+        with pytest.raises(NotLeased):
+            front.ack(token)
+        with pytest.raises(NotLeased):
+            front.fail(token, "late")
+        assert front.extend(token) == [] and front.release(token) == []
+    for bare in (first.id, [first.id], [(first.id, None)]):  # an id alone is not a delivery
+        for settle in (front.ack, front.extend, front.release):
+            with pytest.raises(InvalidArgument, match="not bare ids"):
+                settle(bare)
+        with pytest.raises(InvalidArgument, match="not bare ids"):
+            front.fail(bare, "late")
+    assert front.ack(second) == [second.id]
+    assert front.counts() == (0, 0)
+
+
+def test_an_operator_settles_by_id_whichever_delivery_holds_it(front: Front) -> None:
+    front.push_many([{"name": "a"}, {"name": "b"}])
+    a, b = front.pop_batch(2)
+    assert front.ack_by_id([a.id]) == [a.id]
+    assert front.fail_by_id(b.id, "stuck downstream") == {b.id: READY}
+    assert front.ack_by_id([a.id]) == []  # no longer leased
+    assert front.counts() == (1, 1)
 
 
 def test_fail_backs_off_then_fails_after_max_attempts(front: Front) -> None:
@@ -67,6 +100,64 @@ def test_fail_backs_off_then_fails_after_max_attempts(front: Front) -> None:
     assert front.last_error(item.id) == "boom 3"
     stats = front.stats()
     assert stats["failed"] == 1 and stats["ready"] == 0
+
+
+@pytest.mark.parametrize(
+    ("error", "stored"),
+    [
+        ("bad\x00byte", "bad\\x00byte"),  # PostgreSQL's text refuses NUL
+        ("lone \ud800 half", "lone \\ud800 half"),  # no UTF-8 database takes it
+    ],
+    ids=["nul", "lone-surrogate"],
+)
+def test_an_error_text_the_database_cannot_store_is_stored_escaped(
+    front: Front, error: str, stored: str
+) -> None:
+    front.push(name="x")
+    (item,) = front.pop_batch(1)
+    assert front.fail(item, error) == {item.id: READY}
+    assert front.last_error(item.id) == stored
+
+
+def test_a_huge_error_text_is_cut_in_the_middle_with_a_marker(front: Front) -> None:
+    front.push(name="x")
+    (item,) = front.pop_batch(1)
+    front.fail(item, "head " + "x" * 100_000 + " tail")
+    text = front.last_error(item.id)
+    assert text is not None and len(text) <= 65_536
+    assert text.startswith("head ") and text.endswith(" tail")
+    assert "characters cut by dbqueue" in text
+
+
+def test_release_hands_back_unstarted_items_with_their_attempt_undone(front: Front) -> None:
+    front.push_many([{"name": "a"}, {"name": "b"}, {"name": "c"}])
+    first, second, third = front.pop_batch(3)
+    assert front.release([second, third]) == sorted([second.id, third.id])
+    assert front.ack(first) == [first.id]
+    again = front.pop_batch(3)  # at once: no lease to wait out, no back-off
+    assert [i.payload["name"] for i in again] == ["b", "c"]
+    assert [i.attempts for i in again] == [1, 1]  # the released delivery is not counted
+    assert front.release([first]) == []  # not leased any more: nothing to release
+    assert front.ack(again) == sorted(i.id for i in again)
+    assert front.counts() == (0, 0)
+
+
+def test_next_due_is_the_earliest_lease_expiry_or_back_off_end(front: Front) -> None:
+    assert front.next_due() is None  # nothing that a push would not announce
+    front.push_many([{"name": "a"}, {"name": "b"}])
+    a, b = front.pop_batch(2, lease=dt.timedelta(minutes=10))
+    start = dt.datetime.now(dt.UTC)
+
+    def due_in() -> dt.timedelta:
+        due = front.next_due()
+        assert due is not None and due.tzinfo is not None
+        return due - start
+
+    assert dt.timedelta(minutes=9) < due_in() <= dt.timedelta(minutes=10, seconds=5)
+    front.fail(a, "later", delay=dt.timedelta(minutes=2))  # sooner than b's lease
+    assert dt.timedelta(minutes=1) < due_in() <= dt.timedelta(minutes=2, seconds=5)
+    front.ack(b)
+    assert dt.timedelta(minutes=1) < due_in() <= dt.timedelta(minutes=2, seconds=5)
 
 
 def test_retry_brings_a_failed_item_back_with_attempts_reset(front: Front) -> None:

@@ -38,7 +38,7 @@ def test_ack_is_fenced_as_without_keep_done(kept_front: Front) -> None:
     with pytest.raises(NotLeased):
         front.ack(first)  # the stale token (attempt 1) is fenced off
     with pytest.raises(NotLeased) as err:
-        front.ack([second, never_popped])  # strict: nothing changes
+        front.ack([second, (never_popped, 1)])  # strict: nothing changes
     assert err.value.ids == [never_popped]
     assert front.states() == {second.id: LEASED, never_popped: READY}
     assert front.ack(second) == [second.id]
@@ -53,7 +53,7 @@ def test_lenient_ack_marks_what_is_still_leased(kept_front: Front) -> None:
     front = kept_front
     a, b = front.push(name="a"), front.push(name="b")
     front.pop_batch(2)
-    assert front.ack([a, b + 1000], strict=False) == [a]
+    assert front.ack([(a, 1), (b + 1000, 1)], strict=False) == [a]
     assert front.states() == {a: DONE, b: LEASED}
 
 

@@ -76,7 +76,8 @@ def test_every_dialect_defines_the_same_statements(layout: str) -> None:
 def test_the_split_layout_has_every_operation_the_queue_runs() -> None:
     expected = {"split_push", "split_push_many", "split_pop_leased", "split_pop_remove",
                 "split_ack", "split_fail", "split_extend", "split_not_leased", "split_retry",
-                "split_rescue", "split_stats", "split_purge", "split_delete", "split_notify",
+                "split_rescue", "split_next_due", "split_stats", "split_purge", "split_delete",
+                "split_notify",
                 "split_set_priority",
                 # keep_done's replacements of split_ack, split_pop_remove (KEEP_DONE_OPERATIONS)
                 "split_ack_done", "split_pop_done"}  # fmt: skip

@@ -414,6 +414,36 @@ WITH tok AS (
 )
 SELECT id AS number, state FROM moved UNION ALL SELECT id, state FROM side;
 
+-- ring_release --
+-- Leased messages handed back unstarted (a worker stopping), the attempt their pop counted
+-- taken back. The pop sequence has passed their slots, so they go where a message waits to be
+-- pushed again at the tail: the side table, ready and due now (the caller then returns them).
+-- A message a pusher had moved aside is made ready there.
+WITH {_tokens}, mine AS (
+    SELECT t.* FROM {ring} AS t JOIN tok ON true
+    WHERE {_in_slot}
+    ORDER BY t.slot
+    FOR UPDATE OF t
+), moved AS (
+    INSERT INTO {failed} (id, state, attempts, pushed_at, failed_at, run_at, lease_until,
+                          last_error{columns})
+    SELECT m.seq, {side_ready}, m.attempts - 1, m.pushed_at, statement_timestamp(),
+           statement_timestamp(), NULL, m.last_error{m_columns}
+    FROM mine AS m
+    RETURNING id
+), freed AS (
+    UPDATE {ring} AS t SET state = {slot_empty}, lease_until = NULL
+    WHERE t.slot = ANY(ARRAY(SELECT slot FROM mine))
+), side AS (
+    UPDATE {failed} AS f
+    SET state = {side_ready}, run_at = statement_timestamp(), lease_until = NULL,
+        attempts = f.attempts - 1
+    FROM tok
+    WHERE {_in_side}
+    RETURNING f.id
+)
+SELECT id AS number FROM moved UNION ALL SELECT id FROM side;
+
 -- ring_extend --
 -- Heartbeat: the leases still held under their token pushed further out (ring_extend_side
 -- for those a pusher moved to the side table).
@@ -591,10 +621,13 @@ WHERE t.slot = ANY(ARRAY(SELECT slot FROM holes)) AND t.slot = due.slot
 RETURNING t.seq AS number;
 
 -- ring_next_due --
--- When the sweeper next has work in the side table: the earliest due time of a waiting message
--- or expiry of a lease put aside (NULL: none).
-SELECT min(CASE WHEN state = {side_ready} THEN run_at ELSE lease_until END) AS due
-FROM {failed} WHERE state IN ({side_ready}, {side_leased});
+-- When an idle worker next has work that no push will announce: the earliest due time of a
+-- message waiting in the side table, or expiry of a lease, in a slot or put aside (NULL:
+-- none). The slots are read whole: at most `capacity` rows, and only by an idle worker.
+SELECT least(
+    (SELECT min(CASE WHEN state = {side_ready} THEN run_at ELSE lease_until END)
+     FROM {failed} WHERE state IN ({side_ready}, {side_leased})),
+    (SELECT min(lease_until) FROM {ring} WHERE state = {slot_leased})) AS due;
 
 -- ring_retry --
 -- Failed messages made ready again, attempts reset; ring_return pushes them at the tail.

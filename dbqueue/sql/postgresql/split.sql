@@ -202,6 +202,18 @@ FROM tok
 WHERE m.id = tok.id AND m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
 RETURNING m.id;
 
+-- split_release --
+-- Leased items handed back unstarted (a worker stopping): ready again at once and first in
+-- line as before (run_at unchanged), the attempt their pop counted taken back.
+WITH tok AS (
+    SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
+)
+UPDATE {meta} AS m
+SET state = 0, lease_until = NULL, attempts = m.attempts - 1
+FROM tok
+WHERE m.id = tok.id AND m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
+RETURNING m.id;
+
 -- split_not_leased --
 -- Diagnosis for NotLeased errors only (never on the hot path).
 SELECT t.id
@@ -246,6 +258,13 @@ WITH lock AS (
     WHERE d.id = m.id
 )
 SELECT id, state FROM m;
+
+-- split_next_due --
+-- When an idle worker next has work that no push will announce: the earliest run_at of a
+-- ready item (a delay, a retry's back-off) or expiry of a lease (NULL: neither). Each
+-- sub-select reads one partial index.
+SELECT least((SELECT min(run_at) FROM {meta} WHERE state = 0),
+             (SELECT min(lease_until) FROM {meta} WHERE state = 1)) AS due;
 
 -- split_stats --
 SELECT count(*) FILTER (WHERE state = 0 AND run_at <= statement_timestamp()),

@@ -126,6 +126,26 @@ SET state = CASE WHEN attempts >= :max_attempts THEN {side_failed} ELSE {side_re
 WHERE id IN ({_in_side})
 RETURNING id AS number, state;
 
+-- ring_release --
+-- See postgresql/ring.sql: the slots' share, then ring_release_side.
+WITH {_tokens}
+INSERT INTO {failed} (id, state, attempts, pushed_at, failed_at, run_at, lease_until,
+                      last_error{columns})
+SELECT t.seq, {side_ready}, t.attempts - 1, t.pushed_at, :now, :now, NULL, t.last_error{t_columns}
+FROM {ring} AS t JOIN tok ON t.slot = tok.id % :capacity
+WHERE t.slot IN ({_in_slot}) AND t.seq = tok.id
+RETURNING id AS number;
+UPDATE {ring} SET state = {slot_empty}, lease_until = NULL
+WHERE seq IN (SELECT value FROM json_each(:ids))
+  AND slot IN (SELECT value % :capacity FROM json_each(:ids));
+
+-- ring_release_side --
+WITH {_tokens}
+UPDATE {failed}
+SET state = {side_ready}, run_at = :now, lease_until = NULL, attempts = attempts - 1
+WHERE id IN ({_in_side})
+RETURNING id AS number;
+
 -- ring_extend --
 WITH {_tokens}
 UPDATE {ring} SET lease_until = :lease_until
@@ -199,8 +219,11 @@ DELETE FROM {failed} WHERE id = :id AND json_array_length(:ids) > 0;
 UPDATE {push_seq_rel} SET value = value + json_array_length(:ids);
 
 -- ring_next_due --
-SELECT min(CASE WHEN state = {side_ready} THEN run_at ELSE lease_until END) AS due
-FROM {failed} WHERE state IN ({side_ready}, {side_leased});
+-- See postgresql/ring.sql (SQLite's two-argument min() is NULL if either is).
+SELECT CASE WHEN l IS NULL OR s < l THEN s ELSE l END AS due
+FROM (SELECT (SELECT min(CASE WHEN state = {side_ready} THEN run_at ELSE lease_until END)
+              FROM {failed} WHERE state IN ({side_ready}, {side_leased})) AS s,
+             (SELECT min(lease_until) FROM {ring} WHERE state = {slot_leased}) AS l);
 
 -- ring_retry --
 -- Failed messages made ready again, attempts reset; ring_return_one pushes them at the tail.

@@ -122,6 +122,17 @@ WHERE state = 1 AND EXISTS (
 )
 RETURNING id;
 
+-- split_release --
+-- See postgresql/split.sql.
+UPDATE {meta} AS m
+SET state = 0, lease_until = NULL, attempts = m.attempts - 1
+WHERE state = 1 AND EXISTS (
+    SELECT 1 FROM json_each(:tokens) AS t
+    WHERE json_extract(t.value, '$[0]') = m.id
+      AND COALESCE(json_extract(t.value, '$[1]'), m.attempts) = m.attempts
+)
+RETURNING id;
+
 -- split_not_leased --
 SELECT json_extract(t.value, '$[0]')
 FROM json_each(:tokens) AS t
@@ -155,6 +166,12 @@ WHERE id IN (
 )
 RETURNING id, state;
 UPDATE {data} SET last_error = :error WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- split_next_due --
+-- See postgresql/split.sql (SQLite's two-argument min() is NULL if either is).
+SELECT CASE WHEN l IS NULL OR r < l THEN r ELSE l END AS due
+FROM (SELECT (SELECT min(run_at) FROM {meta} WHERE state = 0) AS r,
+             (SELECT min(lease_until) FROM {meta} WHERE state = 1) AS l);
 
 -- split_stats --
 SELECT coalesce(sum(state = 0 AND run_at <= :now), 0),
