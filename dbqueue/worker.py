@@ -29,14 +29,24 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Protocol
 
+from dbqueue.error_text import storable_error
 from dbqueue.errors import DBQueueError, InvalidArgument
 from dbqueue.message import RescueResult, State
+from dbqueue.outage import is_outage
 from dbqueue.wakeup import Doorbell, Listener, PollPolicy, quietly
 
 log = logging.getLogger("dbqueue.worker")
 
 #: The longest wait between retries after a database error.
 RETRY_MAX = 5.0
+#: Seconds between two looks at when work falls due, for an idle thread that polls (the look
+#: is one query per queue; a thread about to sleep longer always looks first).
+DUE_RECHECK = 1.0
+#: Seconds an idle thread sleeps past an item's due time (timestamps have microseconds, and the
+#: statement that takes the item must see it due).
+DUE_MARGIN = 0.005
+#: The error recorded for a failed attempt whose own error text the database refused.
+REFUSED_ERROR = "the handler failed, and the database refused its error text; see the worker's log"
 
 
 class WorkerQueue(Protocol):
@@ -54,6 +64,10 @@ class WorkerQueue(Protocol):
     @property
     def lease(self) -> dt.timedelta:
         """How long a popped item stays leased."""
+
+    @property
+    def max_attempts(self) -> int:
+        """Attempts an item gets before it fails for good."""
 
     @property
     def database(self) -> str:
@@ -81,6 +95,14 @@ class WorkerQueue(Protocol):
     def rescue(self) -> RescueResult:
         """Expired leases back to ready (one rescuer at a time per queue)."""
 
+    def release(self, items: Sequence[Any]) -> Sequence[int]:
+        """Hand back leased items unstarted (ready at once, their attempt not counted);
+        return the ids released."""
+
+    def next_due(self) -> dt.datetime | None:
+        """When the queue next has work that no push announces (a delay or a back-off ends, a
+        lease expires); None if there is none."""
+
     def disconnect(self) -> None:
         """Close this thread's connection (after a database error, and when a thread ends)."""
 
@@ -104,8 +126,12 @@ class Consumer:
 class WorkerStats:
     """What a run did."""
 
+    #: Items handled successfully.
     handled: int = 0
+    #: Items failed for good (their last attempt failed).
     failed: int = 0
+    #: Failed attempts of items that will be tried again after their back-off.
+    retried: int = 0
     batches: int = 0
     lost_leases: int = 0
     database_errors: int = 0
@@ -114,8 +140,8 @@ class WorkerStats:
     def summary(self) -> str:
         """The line a worker command prints when it stops."""
         return (
-            f"{self.handled} handled, {self.failed} failed, {self.batches} batches in "
-            f"{self.seconds:.1f} s"
+            f"{self.handled} handled, {self.failed} failed, {self.retried} attempt(s) to retry, "
+            f"{self.batches} batches in {self.seconds:.1f} s"
         )
 
 
@@ -128,10 +154,24 @@ class _Pending:
 
 
 @dataclass(slots=True)
+class _Due:
+    """When a thread's queues next have work that no push announces (see Worker._due_plan),
+    and when that was looked up (time.monotonic())."""
+
+    plan: list[tuple[float, WorkerQueue]] = field(default_factory=list)
+    planned_at: float = -float("inf")
+
+
+@dataclass(slots=True)
 class _InFlight:
     queue: WorkerQueue
     items: Sequence[Any]
     extended_at: float = field(default_factory=time.monotonic)
+    #: How many of ``items`` the handler has started (the rest can be released unstarted).
+    started: int = 0
+
+    def unstarted(self) -> list[Any]:
+        return list(self.items[self.started :])
 
 
 class Worker:
@@ -174,6 +214,7 @@ class Worker:
         self._budget = max_messages
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._releasing = threading.Event()
         self._done = threading.Event()
         self._inflight: dict[int, _InFlight] = {}
         self._fatal: BaseException | None = None
@@ -199,8 +240,12 @@ class Worker:
 
     # -- control ------------------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Stop taking work; every thread finishes and settles the batch in hand."""
+    def stop(self, *, release_unstarted: bool = False) -> None:
+        """Stop taking work: every thread finishes the batch in hand and settles it. With
+        ``release_unstarted`` (what SIGTERM does), a thread finishes only the item it started
+        (a batch handler: its batch) and releases the unstarted rest of its batch at once."""
+        if release_unstarted:
+            self._releasing.set()
         self._stopping.set()
         self.doorbell.ring()
 
@@ -237,9 +282,10 @@ class Worker:
                 signal.signal(signum, handler)
             self.stats.seconds = time.monotonic() - start
         log.info(
-            "worker stopped: %d handled, %d failed in %d batches, %.1f s",
+            "worker stopped: %d handled, %d failed, %d attempt(s) to retry, in %d batches, %.1f s",
             self.stats.handled,
             self.stats.failed,
+            self.stats.retried,
             self.stats.batches,
             self.stats.seconds,
         )
@@ -259,11 +305,19 @@ class Worker:
         self._signals += 1
         name = signal.Signals(signum).name
         if self._signals == 1:
-            log.warning("%s: finishing the batches in hand, then exiting (again to force)", name)
-            self.stop()
+            log.warning(
+                "%s: finishing the items already started, releasing the rest, then exiting "
+                "(again to force)",
+                name,
+            )
+            self.stop(release_unstarted=True)
             return
-        # Leases bring back whatever was in hand: nothing is lost by leaving now.
-        log.warning("%s again: exiting at once", name)
+        # The unstarted items go back at once; the leases bring back those being handled.
+        log.warning("%s again: releasing the unstarted items and exiting at once", name)
+        with self._lock:
+            batches = list(self._inflight.values())
+        for batch in batches:  # (the threads start no more items: the worker is stopping)
+            self._release(batch.queue, batch.unstarted())
         os._exit(128 + signum)
 
     # -- the loop of one thread -----------------------------------------------------------------
@@ -287,6 +341,7 @@ class Worker:
             + self.consumers[: index % len(self.consumers)]
         )
         empty_rounds, last_work, retry = 0, time.monotonic(), _Retry()
+        due = _Due()
         # Items handled successfully are acked by the thread's next pop of the same queue, in
         # the same statement (ack_pop): one commit per batch instead of two. They are acked
         # on their own before a pop of another queue, and when the thread stops.
@@ -334,8 +389,7 @@ class Worker:
                 if self.burst and not errored:  # drained (a database error is not "empty")
                     return
                 empty_rounds += 1
-                idle_for = time.monotonic() - last_work
-                self.doorbell.wait(seen, self.poll.wait(empty_rounds, idle_for, self.listening))
+                self._idle(order, seen, empty_rounds, time.monotonic() - last_work, due)
         finally:
             try:
                 if pending is not None:
@@ -345,6 +399,54 @@ class Worker:
             finally:
                 for consumer in order:
                     quietly(consumer.queue.disconnect)
+
+    def _idle(
+        self, order: Sequence[Consumer], seen: int, empty_rounds: int, idle_for: float, due: _Due
+    ) -> None:
+        """Wait for a notification, the poll policy's time, or the next due work of the
+        thread's queues, whichever comes first; rescue the queues whose work fell due."""
+        wait = self.poll.wait(empty_rounds, idle_for, self.listening)
+        now = time.monotonic()
+        if wait > self.poll.busy_max or now - due.planned_at >= DUE_RECHECK:
+            due.plan, due.planned_at = self._due_plan(order), now
+        if due.plan:  # not past work that falls due (a long sleep), nor long after it (a poll)
+            wait = min(wait, max(due.plan[0][0] - now, self.poll.busy_max))
+        if not self.doorbell.wait(seen, wait):
+            now = time.monotonic()
+            while due.plan and due.plan[0][0] <= now:  # a lease may have expired: rescue now
+                self._rescue(due.plan.pop(0)[1])
+
+    def _due_plan(self, order: Sequence[Consumer]) -> list[tuple[float, WorkerQueue]]:
+        """When each of a thread's queues next has work that no push announces (a delay or a
+        back-off ends, a lease expires), on the monotonic clock, soonest first. An idle thread
+        sleeps no longer than that, and then rescues the queue (its lease may have expired):
+        no waiting for the safety poll or the maintenance thread's next rescue."""
+        now, clock = dt.datetime.now(dt.UTC), time.monotonic()
+        due: list[tuple[float, WorkerQueue]] = []
+        for consumer in order:
+            try:
+                when = consumer.queue.next_due()
+            except Exception as exc:  # the next pop meets the outage and handles it
+                log.debug("queue %s: next_due failed (%s)", consumer.queue.name, exc)
+                quietly(consumer.queue.disconnect)
+                continue
+            if when is not None:
+                due.append((clock + (when - now).total_seconds() + DUE_MARGIN, consumer.queue))
+        return sorted(due, key=lambda d: d[0])
+
+    def _release(self, queue: WorkerQueue, items: list[Any]) -> None:
+        """Hand back items this worker will not start (it is stopping): another worker takes
+        them at once, their attempt not counted. Should the database refuse, their leases
+        bring them back."""
+        if not items:
+            return
+        try:
+            released = queue.release(items)
+        except Exception as exc:
+            log.warning("queue %s: could not release %d item(s) (%s)", queue.name, len(items), exc)
+            quietly(queue.disconnect)
+            return
+        log.info("queue %s: released %d unstarted item(s)", queue.name, len(released))
 
     def _flush(self, pending: _Pending, retry: _Retry) -> None:
         """Ack handled items on their own (retrying through database errors)."""
@@ -359,16 +461,22 @@ class Worker:
     def _database_error(
         self, queue: WorkerQueue, exc: Exception, retry: _Retry, *, settling: bool = False
     ) -> None:
-        """A DBQueueError stops the worker; anything else is the database being unreachable:
-        drop the connection and wait (a stop cuts the wait short, unless a batch is being
-        settled, which goes on until the database is back)."""
-        if isinstance(exc, DBQueueError):
+        """A DBQueueError stops the worker, unless it is QueueUnavailable; anything else is
+        taken for the database being unreachable: drop the connection and wait (a stop cuts
+        the wait short, unless a batch is being settled, which goes on until the database is
+        back)."""
+        if isinstance(exc, DBQueueError) and not is_outage(exc):
             self._fail_fatally(queue, exc)
             return
         with self._lock:
             self.stats.database_errors += 1
         delay = retry.next()
-        log.warning("queue %s: database error (%s); retrying in %.1f s", queue.name, exc, delay)
+        if is_outage(exc):
+            log.warning("queue %s: database error (%s); retrying in %.1f s", queue.name, exc, delay)
+        else:  # not an outage: the statement itself was refused, so say where
+            log.error(
+                "queue %s: database error; retrying in %.1f s", queue.name, delay, exc_info=exc
+            )
         quietly(queue.disconnect)
         (self._done if settling else self._stopping).wait(delay)
 
@@ -376,8 +484,9 @@ class Worker:
         """Run the handler; fail what raised; return what succeeded (acked by the caller)."""
         start = time.monotonic()
         key = id(items)
+        inflight = _InFlight(consumer.queue, items)
         with self._lock:
-            self._inflight[key] = _InFlight(consumer.queue, items)
+            self._inflight[key] = inflight
         ok: list[Any] = []
         failed: list[Any] = []
         errors: list[str] = []
@@ -385,13 +494,17 @@ class Worker:
             # BaseException: a handler calling sys.exit() fails its item, not the thread.
             # (KeyboardInterrupt cannot reach a worker thread: run() handles SIGINT.)
             if consumer.batch:
+                inflight.started = len(items)
                 try:
                     consumer.handle(list(items))
                     ok = list(items)
                 except BaseException:
                     failed, errors = list(items), [traceback.format_exc()] * len(items)
             else:
-                for item in items:
+                for index, item in enumerate(items):
+                    if self._releasing.is_set():  # stopping: the rest go back unstarted
+                        break
+                    inflight.started = index + 1
                     try:
                         consumer.handle(item)
                         ok.append(item)
@@ -399,14 +512,16 @@ class Worker:
                         failed.append(item)
                         errors.append(traceback.format_exc())
             handled = time.monotonic()
-            if failed:
-                self._settle(consumer.queue, [], failed, errors, retry)
+            self._release(consumer.queue, inflight.unstarted())
+            states = self._settle(consumer.queue, [], failed, errors, retry) if failed else {}
         finally:
             with self._lock:
                 del self._inflight[key]
+        again, final = self._log_failures(consumer.queue, failed, errors, states)
         with self._lock:
             self.stats.handled += len(ok)
-            self.stats.failed += len(failed)
+            self.stats.failed += final
+            self.stats.retried += again
             self.stats.batches += 1
         log.info(
             "queue %s: %d item(s), %d ok, %d failed; handler %.1f ms, fail %.1f ms",
@@ -426,10 +541,12 @@ class Worker:
         failed: list[Any],
         errors: list[str],
         retry: _Retry,
-    ) -> None:
-        """Ack and fail, retrying through database errors; count the leases found lost."""
+    ) -> Mapping[int, State]:
+        """Ack and fail, retrying through database errors; count the leases found lost.
+        Returns the new states of the failed items (those whose lease was lost left out)."""
         acked: Sequence[int] | None = None
         states: Mapping[int, State] | None = None
+        refused = 0  # items the database refused to settle (left to their leases)
         while True:
             try:
                 if acked is None:
@@ -437,12 +554,97 @@ class Worker:
                 if states is None:
                     states = queue.fail(failed, errors) if failed else {}
                 break
-            except DBQueueError:
-                raise
             except Exception as exc:
-                self._database_error(queue, exc, retry, settling=True)
+                if is_outage(exc):
+                    self._database_error(queue, exc, retry, settling=True)
+                    continue
+                if isinstance(exc, DBQueueError):
+                    raise
+                # Retried, a statement the database refused fails the same way forever.
+                if acked is None:
+                    self._settle_refused(queue, "ack", ok, exc)
+                    acked, refused = [], refused + len(ok)
+                else:
+                    outcome = self._fail_plainly(queue, failed, exc, retry)
+                    if outcome is not None:
+                        states, gave_up = outcome
+                        refused += gave_up
         retry.reset()
-        self._count_lost(queue, len(ok) - len(acked) + len(failed) - len(states))
+        self._count_lost(queue, len(ok) - len(acked) + len(failed) - len(states) - refused)
+        return states
+
+    def _log_failures(
+        self,
+        queue: WorkerQueue,
+        failed: Sequence[Any],
+        errors: Sequence[str],
+        states: Mapping[int, State],
+    ) -> tuple[int, int]:
+        """Log each failed attempt with its traceback: WARNING if it will be tried again,
+        ERROR if it failed for good. Returns how many of each (an item whose lease was lost
+        meanwhile is neither: :meth:`_count_lost` logged it)."""
+        again = final = 0
+        for item, error in zip(failed, errors, strict=True):
+            state = states.get(item.id)
+            if state is None:
+                continue
+            retried = state is State.READY
+            again, final = again + retried, final + (not retried)
+            log.log(
+                logging.WARNING if retried else logging.ERROR,
+                "queue %s: item %s failed (attempt %s/%d); %s\n%s",
+                queue.name,
+                item.id,
+                item.attempts,
+                queue.max_attempts,
+                "it will be tried again after its back-off" if retried else "failed for good",
+                storable_error(error).rstrip(),  # a log file takes no lone surrogate either
+            )
+        return again, final
+
+    def _settle_refused(
+        self, queue: WorkerQueue, operation: str, items: Sequence[Any], exc: BaseException
+    ) -> None:
+        with self._lock:
+            self.stats.database_errors += 1
+        log.error(
+            "queue %s: the database refused to %s item(s) %s; left leased, they come back "
+            "when their lease expires",
+            queue.name,
+            operation,
+            ", ".join(str(getattr(i, "id", i)) for i in items),
+            exc_info=exc,
+        )
+        quietly(queue.disconnect)
+
+    def _fail_plainly(
+        self, queue: WorkerQueue, items: Sequence[Any], exc: BaseException, retry: _Retry
+    ) -> tuple[Mapping[int, State], int] | None:
+        """The database refused to record the failures (their error texts): record them with
+        a fixed text instead, once; if that is refused too, leave them to their leases. The
+        new states and how many items were left; None if an outage cut the fallback short
+        (the caller tries again)."""
+        with self._lock:
+            self.stats.database_errors += 1
+        log.error(
+            "queue %s: the database refused the failure of item(s) %s; recorded with a fixed "
+            "error text instead",
+            queue.name,
+            ", ".join(str(getattr(i, "id", i)) for i in items),
+            exc_info=exc,
+        )
+        quietly(queue.disconnect)
+        text = f"{REFUSED_ERROR} ({type(exc).__name__})"
+        try:
+            return queue.fail(items, [text] * len(items)), 0
+        except Exception as again:
+            if is_outage(again):
+                self._database_error(queue, again, retry, settling=True)
+                return None
+            if isinstance(again, DBQueueError):
+                raise
+            self._settle_refused(queue, "fail", items, again)
+            return {}, len(items)
 
     def _count_lost(self, queue: WorkerQueue, lost: int) -> None:
         if not lost:
@@ -484,15 +686,18 @@ class Worker:
             quietly(queue.disconnect)
             return
         if result.ready or result.failed:
-            # Expired leases (and, on a ring, ended back-offs and stranded messages).
+            # Expired leases (and, on a ring, stranded messages): a worker died or overran.
             log.warning(
-                "queue %s: rescued %d message(s): %d ready again, %d failed for good",
+                "queue %s: rescued %d message(s) whose lease expired: %d ready again, "
+                "%d failed for good",
                 queue.name,
                 result.ready + result.failed,
                 result.ready,
                 result.failed,
             )
-        if result.ready:
+        if result.returned:  # a ring's retries whose back-off ended: the normal course
+            log.info("queue %s: %d message(s) back in the ring", queue.name, result.returned)
+        if result.ready or result.returned:
             # Ready again here, without a push to notify anyone: wake this worker's idle
             # consumers now rather than at their next poll.
             self.doorbell.ring()

@@ -58,6 +58,10 @@ class ExecutorQueue:
         return self.queue.spec.options.lease
 
     @property
+    def max_attempts(self) -> int:
+        return self.queue.spec.options.max_attempts
+
+    @property
     def database(self) -> str:
         return self._database
 
@@ -87,6 +91,12 @@ class ExecutorQueue:
 
     def rescue(self) -> RescueResult:
         return self.queue.rescue(self._ex())
+
+    def next_due(self) -> dt.datetime | None:
+        return self.queue.next_due(self._ex())
+
+    def release(self, items: Sequence[Any]) -> list[int]:
+        return self.queue.release(self._ex(), items)
 
     def disconnect(self) -> None:
         ex = getattr(self._local, "ex", None)

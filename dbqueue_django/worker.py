@@ -42,6 +42,10 @@ class DjangoWorkerQueue:
         return self._lease
 
     @property
+    def max_attempts(self) -> int:
+        return self.queue.core.spec.options.max_attempts
+
+    @property
     def database(self) -> str:
         return self.alias
 
@@ -75,6 +79,12 @@ class DjangoWorkerQueue:
 
     def rescue(self) -> RescueResult:
         return self.queue.rescue()
+
+    def next_due(self) -> dt.datetime | None:
+        return self.queue.next_due()
+
+    def release(self, items: Sequence[Any]) -> list[int]:
+        return self.queue.release(items)
 
     def disconnect(self) -> None:
         connections[self.alias].close()

@@ -3,6 +3,9 @@ message budget, stopping, heartbeats, rescue, LISTEN/NOTIFY wake-ups and fatal e
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -220,13 +223,32 @@ def test_a_failing_item_is_retried_then_failed_with_its_traceback(db: Setup) -> 
 
     stats = Worker([Consumer(db.binding(), handle)], burst=True).run(handle_signals=False)
     assert calls == Counter({0: 1, 1: 3, 2: 1})  # max_attempts=3, no back-off delay
-    assert stats.handled == 2
-    assert stats.failed == 3
+    assert (stats.handled, stats.retried, stats.failed) == (2, 2, 1)  # items, not attempts
     assert db.states() == Counter({State.FAILED: 1})
     (error,) = db.errors()
     assert error is not None
     assert "Traceback" in error
     assert "ValueError: cannot handle 1" in error
+
+
+def test_each_failed_attempt_is_logged_with_its_traceback(
+    db: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    db.push(1)
+
+    def handle(m: Message) -> None:
+        raise ValueError("no stock for this order")
+
+    with caplog.at_level(logging.WARNING, logger="dbqueue.worker"):
+        Worker([Consumer(db.binding(), handle)], burst=True).run(handle_signals=False)
+    attempts = [r for r in caplog.records if "failed (attempt" in r.getMessage()]
+    assert [r.levelno for r in attempts] == [logging.WARNING] * 2 + [logging.ERROR]
+    for n, record in enumerate(attempts, 1):
+        text = record.getMessage()
+        assert f"{db.queue.spec.table}: item " in text and f"(attempt {n}/3)" in text
+        assert "Traceback" in text and "ValueError: no stock for this order" in text
+    assert "tried again" in attempts[0].getMessage()
+    assert "failed for good" in attempts[-1].getMessage()
 
 
 def test_a_failing_batch_handler_fails_the_batch(db: Setup) -> None:
@@ -238,7 +260,7 @@ def test_a_failing_batch_handler_fails_the_batch(db: Setup) -> None:
     stats = Worker([Consumer(db.binding(), handle, batch=True)], burst=True).run(
         handle_signals=False
     )
-    assert stats.failed == 12  # 4 items x 3 attempts
+    assert (stats.retried, stats.failed) == (8, 4)  # 4 items x 3 attempts
     assert db.states() == Counter({State.FAILED: 4})
 
 
@@ -255,11 +277,36 @@ def test_a_failed_item_waits_for_its_back_off(request: pytest.FixtureRequest, db
         raise ValueError("later")
 
     stats = Worker([Consumer(slow.binding(), handle)], burst=True).run(handle_signals=False)
-    assert stats.failed == 1  # tried once: the retry is an hour away, so the burst ends
+    assert (stats.retried, stats.failed) == (1, 0)  # the retry is an hour away: burst ends
     assert slow.states() == Counter({State.READY: 1})
 
 
 # -- stopping -----------------------------------------------------------------------------------
+
+
+def test_sigterm_finishes_the_started_item_and_releases_the_rest_of_the_batch(
+    db: Setup,
+) -> None:
+    db.push(100)
+    started = threading.Event()
+
+    def handle(m: Message) -> None:
+        started.set()
+        time.sleep(0.3)
+
+    def terminate() -> None:
+        started.wait(PATIENCE)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    killer = threading.Thread(target=terminate)
+    killer.start()
+    worker = Worker([Consumer(db.binding(), handle, batch_size=100)])
+    stats = worker.run()  # in the main thread: it handles the signal
+    killer.join()
+    assert stats.handled >= 1 and (stats.failed, stats.retried) == (0, 0)
+    # The rest of the batch of 100 is ready again at once, its attempt not counted.
+    assert db.states() == Counter({State.READY: 100 - stats.handled})
+    assert {m.attempts for m in db.queue.pop_batch(db.ex, 100)} == {1}
 
 
 def test_max_messages_stops_after_exactly_that_many(db: Setup) -> None:

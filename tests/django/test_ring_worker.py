@@ -59,7 +59,7 @@ def test_a_burst_in_this_process(alias: str, tick_handler: Handler) -> None:
     stats = build_worker([tick_handler], database=alias, burst=True).run(handle_signals=False)
     # No back-off (Tick's): the failed attempt leaves the ring due at once, and the burst's
     # next pop, finding the ring empty, pushes it again: both attempts in one burst.
-    assert (stats.handled, stats.failed) == (4, 2)
+    assert (stats.handled, stats.retried, stats.failed) == (4, 1, 1)
     assert handled(alias) == ["A", "B", "C", "D"]
     assert not Tick.queue.using(alias).items().exists()
     assert not Tick.queue.using(alias).waiting().exists()
@@ -114,4 +114,4 @@ def test_runqueueworker_processes_a_ring(
     assert queue.stats()["ready"] + queue.stats()["leased"] + queue.stats()["scheduled"] == 0
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
-    assert "4 handled, 2 failed" in log.read_text()
+    assert "4 handled, 1 failed, 1 attempt(s) to retry" in log.read_text()

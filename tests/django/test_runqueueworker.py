@@ -37,7 +37,7 @@ def run(*args: str) -> str:
 @pytest.mark.postgresql
 def test_burst_runs_every_queue_with_a_handler(received: list[str]) -> None:
     Ping.queue.push_many([{"message": f"m{i}"} for i in range(12)])
-    assert run("--burst").startswith("12 handled, 0 failed, 2 batches in ")
+    assert run("--burst").startswith("12 handled, 0 failed, 0 attempt(s) to retry, 2 batches in ")
     assert len(received) == 12
 
 

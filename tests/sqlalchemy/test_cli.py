@@ -80,7 +80,7 @@ def test_options_and_one_queue(engine: sa.Engine, url: str) -> None:
     args = ["--queue", "sa_job", "--batch-size", "4", "--max-messages", "10", "-v", "0"]
     done = dbqueue("worker", "--url", url, APP, *args)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("10 handled, 0 failed, 3 batches")
+    assert done.stdout.startswith("10 handled, 0 failed, 0 attempt(s) to retry, 3 batches")
     assert done.stderr == ""  # -v 0: warnings only
     assert stats(engine, Job)["ready"] == 20
     assert stats(engine, Tick)["ready"] == 1  # not asked for
@@ -102,7 +102,7 @@ def test_a_worker_stops_on_sigterm_and_exits_0(
             proc.kill()
             proc.wait()
     output = log.read_text()
-    assert "SIGTERM: finishing the batches in hand" in output
+    assert "SIGTERM: finishing the items already started, releasing the rest" in output
     assert "12 handled, 0 failed" in output
 
 
