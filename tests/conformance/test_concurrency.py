@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -95,3 +96,42 @@ def test_producers_and_consumers_at_once(front: Front) -> None:
     assert set(seen) == set(pushed) and max(seen.values()) == 1
     assert front.counts() == (0, 0)
 
+
+def test_consumers_looping_on_ack_pop_never_deadlock(front: Front) -> None:
+    """A worker's loop: ack the last batch and lease the next in one call, four at once while
+    producers push. (On PostgreSQL a pick that met a row another consumer had just leased used
+    to keep it locked to the end of its statement, while that consumer's ack in the same kind
+    of statement waited for it: a deadlock, until the ack was made to finish before the
+    pick.)"""
+    producers, per_producer, consumers = 2, 1_500, 4
+    seen: Counter[int] = Counter()
+    lock = threading.Lock()
+    done_pushing = threading.Event()
+    started = Counter[str]()
+
+    def worker(f: Front) -> None:
+        with lock:
+            role = "producer" if started["n"] < producers else "consumer"
+            started["n"] += 1
+        if role == "producer":
+            try:
+                for start in range(0, per_producer, 10):
+                    f.push_many([{"name": f"{start + k}"} for k in range(10)])
+            finally:
+                with lock:
+                    started["pushed"] += 1
+                    if started["pushed"] == producers:
+                        done_pushing.set()
+            return
+        held: list[Any] = []
+        while True:
+            pushes_done = done_pushing.is_set()
+            _, held = f.ack_pop(held, 5)
+            with lock:
+                seen.update(i.id for i in held)
+            if not held and pushes_done:
+                return
+
+    _run_threads(producers + consumers, worker, front)
+    assert len(seen) == producers * per_producer and max(seen.values()) == 1
+    assert front.counts() == (0, 0)
