@@ -13,10 +13,12 @@ STAMP52 := $(VENV52)/.installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 DEMO_ARGS ?=
+CHAOS_MINUTES ?= 10
+CHAOS_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo demo-spark test test-django52 bench bench-quick bench-sync-off bench-ring-storage bench-spark-archive bench-spark-push lint format typecheck check screenshots docs docs-serve clean distclean
+.PHONY: help venv demo demo-spark test test-django52 chaos bench bench-quick bench-sync-off bench-ring-storage bench-spark-archive bench-spark-push lint format typecheck check screenshots docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -58,6 +60,9 @@ test: venv $(STAMP52) ## Run the whole test suite (PostgreSQL and SQLite), then 
 
 bench: venv ## Run the full benchmark (every system and workload); report in bench/results/<date>
 	$(PY) -m bench $(BENCH_ARGS)
+
+chaos: venv ## Chaos run: kills, PostgreSQL crash-restarts, stops, long transactions; then a total-queue check (CHAOS_MINUTES=10)
+	$(PY) -m bench.chaos --minutes $(CHAOS_MINUTES) $(CHAOS_ARGS)
 
 bench-quick: venv ## Run the benchmark on small sizes (under 3 minutes)
 	$(PY) -m bench --quick $(BENCH_ARGS)

@@ -1,0 +1,255 @@
+"""``python -m bench.chaos [--minutes M] [--out DIR]``: the chaos run (see :mod:`bench.chaos`).
+
+For M minutes, on a cluster of its own: two producers and two workers per queue (a split
+queue and a ring), and a transactional consumer of a third queue with its producer, while
+the run, every few seconds, kills a worker with SIGKILL (and starts another), restarts the
+server with ``pg_ctl restart -m immediate``, stops a worker with SIGSTOP past its lease, or
+holds a REPEATABLE READ transaction for a while. Then the producers stop, the queues drain,
+the workers stop, and :mod:`bench.chaos.check` judges every queue. It prints a table, writes
+``chaos.md`` and ``chaos.json`` to the output folder, and exits 1 if a check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.chaos import actors
+from bench.chaos.check import Verdict, judge, read_deliveries, read_pushes
+from bench.chaos.cluster import Cluster
+from dbqueue.drivers.psycopg import PsycopgExecutor
+from dbqueue.schema import create_ring_statements, create_statements
+
+ROOT = Path(__file__).resolve().parents[2]
+LAYOUTS = ("split", "ring")
+FAULTS = ("kill", "restart", "stop", "long_tx")
+DRAIN_PATIENCE = 180.0
+
+
+class Run:
+    """The processes of a chaos run and what befell them."""
+
+    def __init__(self, cluster: Cluster, logs: Path) -> None:
+        self.cluster, self.logs = cluster, logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.counts = dict.fromkeys(FAULTS, 0)
+        self.rng = random.Random(16)
+
+    def start(self, name: str, role: str, layout: str, *extra: str) -> None:
+        log = self.logs / f"{name}.log"
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "bench.chaos.actors", role, self.cluster.dsn, layout,
+             str(log), *extra],
+            cwd=ROOT, stdout=(self.logs / f"{name}.out").open("wb"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def workers(self) -> list[str]:
+        return [n for n, p in self.procs.items() if n.startswith("worker") and p.poll() is None]
+
+    def fault(self) -> str:
+        """Inflict one fault, chosen at random."""
+        fault = self.rng.choice(FAULTS)
+        victim = self.rng.choice(self.workers())
+        if fault == "kill":
+            proc = self.procs[victim]
+            proc.kill()
+            proc.wait()
+            layout = victim.split("-")[1]
+            self.start(f"{victim}+", "worker", layout)  # its replacement
+        elif fault == "restart":
+            self.cluster.restart_immediate()
+        elif fault == "stop":
+            proc = self.procs[victim]
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(actors.LEASE.total_seconds() + 1.0)  # past its lease
+            proc.send_signal(signal.SIGCONT)
+        else:
+            _hold_a_snapshot(self.cluster.dsn, seconds=5.0)
+        self.counts[fault] += 1
+        return fault
+
+    def stop(self, names: list[str]) -> None:
+        for name in names:
+            (self.logs / f"{name}.log.stop").touch()
+            proc = self.procs[name]
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for name in names:
+            try:
+                self.procs[name].wait(60)
+            except subprocess.TimeoutExpired:
+                self.procs[name].kill()
+
+
+def _hold_a_snapshot(dsn: str, seconds: float) -> None:
+    """A REPEATABLE READ transaction on an unrelated table, held for ``seconds`` (it pins the
+    xmin horizon: vacuum reclaims nothing meanwhile)."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=2) as conn:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            conn.execute("SELECT count(*) FROM chaos_done")
+            time.sleep(seconds)
+    except psycopg.OperationalError:
+        pass  # the server restarted meanwhile
+
+
+def _setup(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for layout in (*LAYOUTS, "tx"):
+            q = actors.queue(layout)
+            make = create_ring_statements if layout == "ring" else create_statements
+            for statement in make(q.spec, q.dialect):
+                conn.execute(statement)
+        conn.execute("CREATE TABLE chaos_done (key text NOT NULL)")
+
+
+def _ring_size(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pg_total_relation_size('chaos_ring')").fetchone()
+        return int(row[0]) if row else 0
+
+
+def _drained(dsn: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=2) as conn:
+        ex = PsycopgExecutor(conn)
+        for layout in (*LAYOUTS, "tx"):
+            q = actors.queue(layout)
+            q.rescue(ex)
+            stats = q.stats(ex)
+            if stats.ready + stats.leased + stats.scheduled + stats.expired:
+                return False
+    return True
+
+
+def _wait_drained(dsn: str) -> bool:
+    deadline = time.monotonic() + DRAIN_PATIENCE
+    while time.monotonic() < deadline:
+        try:
+            if _drained(dsn):
+                return True
+        except psycopg.OperationalError:
+            pass
+        time.sleep(1.0)
+    return False
+
+
+def run(minutes: float, out: Path) -> int:
+    cluster = Cluster()
+    logs = Path(tempfile.mkdtemp(prefix="dbqueue-chaos-logs-"))
+    started = dt.datetime.now(dt.UTC)
+    try:
+        _setup(cluster.dsn)
+        size_before = _ring_size(cluster.dsn)
+        r = Run(cluster, logs)
+        for layout in LAYOUTS:
+            for i in range(2):
+                r.start(f"producer-{layout}-{i}", "producer", layout, f"{layout}{i}")
+                r.start(f"worker-{layout}-{i}", "worker", layout)
+        r.start("producer-tx-0", "producer", "tx", "tx0")
+        r.start("consumer-tx-0", "transactional", "tx")
+        deadline = time.monotonic() + minutes * 60
+        faults: list[str] = []
+        while time.monotonic() < deadline:
+            time.sleep(r.rng.uniform(2.0, 5.0))
+            faults.append(r.fault())
+            print(f"{time.monotonic() - deadline + minutes * 60:6.1f} s  {faults[-1]}", flush=True)
+        r.stop([n for n in r.procs if n.startswith("producer")])
+        drained = _wait_drained(cluster.dsn)
+        r.stop([n for n in r.procs if not n.startswith("producer")])
+        size_after = _ring_size(cluster.dsn)
+        verdicts = _judge(r, logs, cluster.dsn)
+    finally:
+        try:
+            cluster.stop()
+        except Exception as exc:
+            print(f"could not stop the cluster: {exc}", file=sys.stderr)
+    summary = {
+        "started": started.isoformat(timespec="seconds"),
+        "minutes": minutes,
+        "faults": r.counts,
+        "drained": drained,
+        "ring_size_before": size_before,
+        "ring_size_after": size_after,
+        "verdicts": [v.as_dict() for v in verdicts],
+    }
+    _report(summary, out)
+    return 0 if drained and all(v.ok for v in verdicts) else 1
+
+
+def _judge(r: Run, logs: Path, dsn: str) -> list[Verdict]:
+    # A worker's handled-but-unacked items come back when its lease expires: a killed worker
+    # held up to two batches (the one in hand, the one handled and not acked yet), a stopped
+    # worker one, and a restart may cost every worker of a queue both.
+    batch = actors.BATCH
+    allowed = batch * (2 * r.counts["kill"] + r.counts["stop"] + 4 * r.counts["restart"])
+    verdicts = []
+    for layout in LAYOUTS:
+        pushed, uncertain = read_pushes(logs.glob(f"producer-{layout}-*.log"))
+        delivered = read_deliveries(logs.glob(f"worker-{layout}-*.log"))
+        verdicts.append(judge(layout, pushed, uncertain, delivered, allowed))
+    pushed, uncertain = read_pushes(logs.glob("producer-tx-*.log"))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        keys = [row[0] for row in conn.execute("SELECT key FROM chaos_done")]
+    verdicts.append(judge("split, transactional pops", pushed, uncertain, Counter(keys), 0))
+    return verdicts
+
+
+def _report(summary: dict[str, Any], out: Path) -> None:
+    lines = [
+        "# Chaos run",
+        "",
+        f"Started {summary['started']}, {summary['minutes']} minutes of faults, then a drain "
+        f"({'complete' if summary['drained'] else 'INCOMPLETE'}). Faults: "
+        + ", ".join(f"{n} {k}" for k, n in summary["faults"].items())
+        + ".",
+        "",
+        "| queue | pushed | uncertain | delivered | distinct | lost | unexpected | duplicates "
+        "| allowed | ok |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for v in summary["verdicts"]:
+        lines.append(
+            f"| {v['queue']} | {v['pushed']:,} | {v['uncertain']:,} | {v['delivered']:,} "
+            f"| {v['distinct']:,} | {v['lost']:,} | {v['unexpected']:,} | {v['duplicates']:,} "
+            f"| {v['allowed_duplicates']:,} | {'yes' if v['ok'] else 'NO'} |"
+        )
+    before, after = summary["ring_size_before"], summary["ring_size_after"]
+    lines += [
+        "",
+        f"The ring's table: {before / 1024:,.0f} KiB before, {after / 1024:,.0f} KiB after "
+        f"({after / before:.2f}x).",
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "chaos.md").write_text(text, encoding="utf-8")
+    (out / "chaos.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__)
+    p.add_argument("--minutes", type=float, default=10.0, help="minutes of faults")
+    p.add_argument("--out", type=Path, default=None, help="report folder")
+    args = p.parse_args(argv)
+    day = dt.date.today().isoformat()
+    out = args.out or ROOT / "bench" / "results" / f"{day}-chaos"
+    return run(args.minutes, out)
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "chaos"
+    sys.exit(main(sys.argv[1:]))
