@@ -82,10 +82,12 @@ class Run:
         return fault
 
     def stop(self, names: list[str]) -> None:
+        """Stop processes: each by its stop file; workers by SIGTERM too (a producer must not
+        die between a push that returned and the line that records it)."""
         for name in names:
             (self.logs / f"{name}.log.stop").touch()
             proc = self.procs[name]
-            if proc.poll() is None:
+            if proc.poll() is None and name.startswith("worker"):
                 proc.send_signal(signal.SIGTERM)
         for name in names:
             try:

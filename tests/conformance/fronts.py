@@ -467,7 +467,8 @@ class AsyncSAFront(SAFront):
 def sa_model(*, kept: bool, layout: str) -> Any:
     """The SQLAlchemy class of a conformance queue: Job, KeptJob or RingJob."""
     from tests.sqlalchemy.kept import KeptJob
-    from tests.sqlalchemy.models import Job, RingJob
+    from tests.sqlalchemy.models import Job
+    from tests.sqlalchemy.ring_job import RingJob
 
     return RingJob if layout == "ring" else KeptJob if kept else Job
 

@@ -77,7 +77,7 @@ def test_the_split_layout_has_every_operation_the_queue_runs() -> None:
     expected = {"split_push", "split_push_many", "split_pop_leased", "split_pop_remove",
                 "split_ack", "split_fail", "split_extend", "split_not_leased", "split_retry",
                 "split_rescue", "split_next_due", "split_stats", "split_purge", "split_delete",
-                "split_notify",
+                "split_notify", "split_release",
                 "split_set_priority",
                 # keep_done's replacements of split_ack, split_pop_remove (KEEP_DONE_OPERATIONS)
                 "split_ack_done", "split_pop_done"}  # fmt: skip
@@ -93,7 +93,7 @@ RING_COMMON = {
     "ring_ack_side", "ring_fail", "ring_extend", "ring_extend_side", "ring_not_leased",
     "ring_sweep", "ring_sweep_side", "ring_next_due", "ring_retry", "ring_delete",
     "ring_delete_side", "ring_purge", "ring_purge_side", "ring_stats", "ring_counters",
-    "ring_notify",
+    "ring_notify", "ring_release",
 }  # fmt: skip
 
 
@@ -108,7 +108,9 @@ def test_the_ring_layout_has_every_operation_the_queue_runs() -> None:
         "ring_pop_remove_held", "ring_ack_strict", "ring_ack_pop", "ring_ack_pop_held",
         "ring_mark_holes", "ring_sweep_holes", "ring_return",
     }  # fmt: skip
-    sqlite_only = {"ring_next_slot", "ring_fail_side", "ring_due", "ring_return_one"}
+    sqlite_only = {
+        "ring_next_slot", "ring_fail_side", "ring_release_side", "ring_due", "ring_return_one",
+    }  # fmt: skip
     assert set(load("postgresql", "ring")) == RING_COMMON | postgresql_only
     assert set(load("sqlite", "ring")) == RING_COMMON | sqlite_only
 

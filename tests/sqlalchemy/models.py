@@ -42,20 +42,6 @@ class Job(JobColumns, QueueMixin, Base):
     __queue_options__ = {"max_attempts": 3, "lease": dt.timedelta(seconds=30)}
 
 
-class RingJob(JobColumns, RingQueueMixin, Base):
-    """The conformance suite's ring (twin of RING_OPTIONS in tests/conformance/spec.py and of
-    testapp.RingJob)."""
-
-    __tablename__ = "sa_ring_job"
-    __queue_options__ = {
-        "capacity": 1024,
-        "max_attempts": 3,
-        "lease": dt.timedelta(seconds=30),
-        "stranded_after": dt.timedelta(0),
-        "push_timeout": dt.timedelta(seconds=60),
-    }
-
-
 class Tick(RingQueueMixin, Base):
     """A small ring: full after 8 pushes, and a push into a full ring gives up quickly."""
 

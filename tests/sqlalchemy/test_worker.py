@@ -88,7 +88,7 @@ def test_a_failing_handler_fails_its_item_with_the_traceback(
     push(engine, Job, [{"name": "ok"}, {"name": "boom"}])
     stats = run(url, handlers()[Job])
     # Job's back-off keeps the failed item out of the rest of the burst.
-    assert (stats.handled, stats.failed) == (1, 1)
+    assert (stats.handled, stats.retried, stats.failed) == (1, 1, 0)  # items, not attempts
     assert received == ["ok"]
     with Session(engine) as session:
         ((job, state, attempts, *_),) = session.execute(Job.queue.items()).all()
@@ -101,7 +101,7 @@ def test_max_attempts_then_failed(chores: sa.Engine, url: str) -> None:
     push(chores, Chore, [{"task": "dishes"}])
     # No back-off: the same burst takes the chore through both of its attempts.
     stats = run(url, handlers()[Chore])
-    assert (stats.handled, stats.failed) == (0, 2)
+    assert (stats.handled, stats.retried, stats.failed) == (0, 1, 1)
     with Session(chores) as session:
         ((chore, attempts, _),) = session.execute(Chore.queue.failed()).all()
     assert (chore.task, attempts) == ("dishes", 2)
@@ -113,7 +113,8 @@ def test_a_failing_batch_on_a_ring_reaches_the_failed_table(engine: sa.Engine, u
     # No back-off: a failed attempt leaves the ring, due at once; the burst's next pop finds
     # the ring empty and pushes it again, so one burst takes the batch through both attempts.
     attempts = Tick.__queue_spec__.options.max_attempts
-    assert run(url, handlers()[Tick]).failed == 3 * attempts  # the whole batch, each time
+    stats = run(url, handlers()[Tick])
+    assert (stats.retried, stats.failed) == (3 * (attempts - 1), 3)  # the whole batch, each time
     with Session(engine) as session:
         failed = session.execute(Tick.queue.failed()).all()
     assert sorted(r.symbol for r in failed) == ["A", "BOOM", "C"]
