@@ -40,18 +40,32 @@ def our_sql(statement: str, batch: int = 1) -> str:
     return _PARAM.sub(lambda m: values[m.group(1)], text) + ";\n"
 
 
-def run(env: BenchEnv, dsn: str, script: str, clients: int, seconds: float) -> float:
-    """Transactions per second of ``script`` (pgbench -M prepared)."""
+def run(
+    env: BenchEnv,
+    dsn: str,
+    script: str,
+    clients: int,
+    seconds: float,
+    *,
+    variables: dict[str, str] | None = None,
+    environ: dict[str, str] | None = None,
+    timeout: float = 600,
+) -> float:
+    """Transactions per second of ``script`` (pgbench -M prepared), with pgbench
+    ``variables`` (-D) and the process environment ``environ``."""
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
         f.write(script)
+    defines = [arg for k, v in (variables or {}).items() for arg in ("-D", f"{k}={v}")]
     cmd = [
         str(env.pg_bin / "pgbench"), "-n", "-M", "prepared", "-c", str(clients),
-        "-j", str(clients), "-T", str(max(1, round(seconds))), "-f", f.name, dsn,
+        "-j", str(clients), "-T", str(max(1, round(seconds))), *defines, "-f", f.name, dsn,
     ]  # fmt: skip
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, check=True, timeout=timeout, env=environ
+        )
     except subprocess.CalledProcessError as exc:
-        raise RuntimeError(f"pgbench failed: {exc.stderr.strip()}") from exc
+        raise RuntimeError(f"pgbench failed: {exc.stderr.strip()[-2000:]}") from exc
     finally:
         Path(f.name).unlink(missing_ok=True)
     match = _TPS.search(out.stdout)

@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from bench import pgbench
 from bench.env import BenchEnv
 from bench.measure import Measurement
 from bench.systems.dbqueue_core import SPEC as SPLIT_SPEC
@@ -40,7 +38,6 @@ from dbqueue.schema import create_ring_statements, create_statements, drop_ring_
 
 POSTGRESQL = get_dialect("postgresql")
 CAPACITY = 1000
-_TPS = re.compile(r"tps = ([0-9.]+)")
 _PARAM = re.compile(r"%\((\w+)\)[sb]")
 #: pgbench variables every script starts with (-D): no claims held, nothing to ack.
 START = {"nheld": "0", "held": "{}", "ids": "{}", "atts": "{}"}
@@ -158,28 +155,12 @@ def run(
     env: BenchEnv, dsn: str, script: str, clients: int, seconds: float, batch: int, sync: str
 ) -> float:
     """Transactions per second of ``script`` with ``clients`` clients."""
-    with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as f:
-        f.write(script)
-    values = {**START, "batch": str(batch)}
-    variables = [arg for k, v in values.items() for arg in ("-D", f"{k}={v}")]
-    cmd = [
-        str(env.pg_bin / "pgbench"), "-n", "-M", "prepared", "-c", str(clients),
-        "-j", str(clients), "-T", str(max(1, round(seconds))), *variables, "-f", f.name, dsn,
-    ]  # fmt: skip
     # The DSN on the command line names no password (pgbench reads PGPASSWORD if one is set).
     environ = {**os.environ, "PGOPTIONS": f"-c synchronous_commit={sync}"}
-    try:
-        out = subprocess.run(
-            cmd, capture_output=True, text=True, check=True, timeout=900, env=environ
-        )
-    except subprocess.CalledProcessError as exc:
-        raise RuntimeError(f"pgbench failed: {exc.stderr.strip()[-2000:]}") from exc
-    finally:
-        Path(f.name).unlink(missing_ok=True)
-    match = _TPS.search(out.stdout)
-    if not match:
-        raise RuntimeError(f"pgbench printed no tps: {out.stdout}")
-    return float(match.group(1))
+    variables = {**START, "batch": str(batch)}
+    return pgbench.run(
+        env, dsn, script, clients, seconds, variables=variables, environ=environ, timeout=900
+    )
 
 
 def _reset(conn: psycopg.Connection[Any], system: str) -> None:
