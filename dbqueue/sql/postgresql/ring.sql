@@ -283,9 +283,11 @@ tok AS (
 )
 
 -- _in_slot --
--- A fragment: slot `t` holds the leased message of token `tok`.
-t.slot = ANY(ARRAY(SELECT mod(id, %(capacity)s::bigint) FROM tok))
-      AND t.slot = mod(tok.id, %(capacity)s::bigint) AND t.seq = tok.id
+-- A fragment: slot `t` holds the leased message of token `tok`. Only the join condition leads
+-- to the slot: each token finds its slot by primary key (a nested loop over the tokens). With a
+-- `t.slot = ANY(...)` beside it, the planner took the slots by that list and compared every
+-- token with every slot, O(batch^2): 70 ms for an ack of 1,000 against 2 ms.
+t.slot = mod(tok.id, %(capacity)s::bigint) AND t.seq = tok.id
       AND t.state = {slot_leased} AND t.attempts = COALESCE(tok.attempts, t.attempts)
 
 -- _in_side --
