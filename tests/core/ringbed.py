@@ -94,6 +94,11 @@ class RingBed:
         self.raw(f'UPDATE "{side}" SET lease_until = {past} WHERE lease_until IS NOT NULL')
         self.raw(f'UPDATE "{side}" SET run_at = {past} WHERE state = {ready}')
 
+    def age_messages(self) -> None:
+        """Every message in a slot pushed long ago (past hole_timeout and stranded_after)."""
+        past = "'2000-01-01 00:00:00+00'" if self.backend == "postgresql" else "'2000-01-01'"
+        self.raw(f'UPDATE "{self.spec.table}" SET pushed_at = {past}')
+
     def dead_pusher(self) -> int:
         """A pusher takes a number and dies before writing it (PostgreSQL only)."""
         return int(self.raw(f"SELECT nextval('\"{self.spec.push_seq}\"')")[0][0])
