@@ -123,6 +123,12 @@ class AckPopLoop(CoreSystem):
 
     _handled: list[Any] | None = None
 
+    def expect(self, depth: int) -> None:
+        """The batch handled stays leased while the next is pushed: twice the messages in
+        the queue at once. (A ring sized for half of them runs nearly full of leases, and its
+        pushers move them aside: 4 pairs of 100 in 1,000 slots ran at a tenth of the rate.)"""
+        super().expect(2 * depth)
+
     def take(self, batch: int) -> int:
         q, ex = self.queue, self.ex
         if self._handled:

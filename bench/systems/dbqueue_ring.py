@@ -26,18 +26,20 @@ MIN_CAPACITY = 1000
 
 #: What the report says about the rings' sizes.
 CAPACITY_NOTE = (
-    "ring capacity: each workload's ring has as many slots as the workload keeps messages in "
-    f"the queue at once, at least {MIN_CAPACITY:,}: push_single and push_batch the messages "
-    "pushed, drain the backlog, cycle and pairs 1,000 (a few batches in flight), the bloat "
-    "soak 1,000 (its batch), steady and longtx every message the producers push in the run"
+    "ring capacity: each workload's ring has twice as many slots as the workload keeps "
+    f"messages in the queue at once, at least {MIN_CAPACITY:,}: push_single and push_batch "
+    "the messages pushed, drain the backlog, cycle and pairs the batches in flight (the "
+    "ack_pop loop keeps the batch it handled leased while it pushes the next), the bloat soak "
+    "its batch of 1,000, steady and longtx every message the producers push in the run"
 )
 
 
 def ring_capacity(depth: int) -> int:
-    """The slots a ring gets for a workload that keeps at most ``depth`` messages in it: the
-    workload's own bound, never less than :data:`MIN_CAPACITY`. (A fixed-capacity front end,
-    such as a Django model, would declare the largest its workloads ask for.)"""
-    return max(MIN_CAPACITY, depth)
+    """The slots a ring gets for a workload that keeps at most ``depth`` messages in it: twice
+    that, as the ring how-to advises (a ring nearly full of leases makes its pushers move them
+    aside), never less than :data:`MIN_CAPACITY`. (A fixed-capacity front end, such as a
+    Django model, would declare the largest its workloads ask for.)"""
+    return max(MIN_CAPACITY, 2 * depth)
 
 
 def ring_spec(capacity: int) -> QueueSpec:

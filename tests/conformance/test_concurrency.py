@@ -56,9 +56,10 @@ def test_eight_poppers_drain_20000_items_exactly_once(front: Front) -> None:
 
 
 def _fits(front: Front, producers: int, per_producer: int, step: int) -> int:
-    """``per_producer``, or less on a SQLite ring, so that the pushes fit in the ring: there a
-    push that waits for room through SQLAlchemy keeps the write lock its poppers need (an open
-    bug, found by this test; backpressure itself is tested in tests/core/test_ring_stuck.py)."""
+    """``per_producer``, or less on a SQLite ring, so that the pushes fit in the ring: a push
+    in a transaction (every push through a Session) holds SQLite's only write lock, which the
+    poppers need, so it cannot wait for room and raises QueueFull at once (tested in
+    tests/core/test_ring.py); backpressure is tested in tests/core/test_ring_stuck.py."""
     if front.ring and front.backend == "sqlite" and front.capacity is not None:
         return min(per_producer, front.capacity // producers // step * step)
     return per_producer
