@@ -18,6 +18,28 @@ from dbqueue.errors import QueueTableMissing
 Row = tuple[Any, ...]
 
 
+class UnloadedRow(tuple[Any, ...]):
+    """A row some of whose values the driver could not turn into Python objects (a timestamp
+    past year 9999, written by SQL outside dbqueue): those are None, and ``errors`` says what
+    went wrong. An executor returns it in place of the row, so that one bad row does not
+    take its statement's other rows down with it (a pop reads the rest, see
+    :meth:`dbqueue.layout.Layout._read_each`)."""
+
+    errors: list[str]
+
+    def __new__(cls, values: list[Any], errors: list[str]) -> UnloadedRow:
+        row = super().__new__(cls, values)
+        row.errors = errors
+        return row
+
+
+def columns_from(row: Row, start: int) -> Row:
+    """``row[start:]``, still an :class:`UnloadedRow` if ``row`` was one."""
+    if isinstance(row, UnloadedRow):
+        return UnloadedRow(list(row[start:]), row.errors)
+    return row[start:]
+
+
 class Executor(Protocol):
     """Runs SQL on one connection. Implemented by every front end."""
 

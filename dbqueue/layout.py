@@ -7,8 +7,9 @@ extend). A layout subclass supplies the statements (``sql/<dialect>/<layout>.sql
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from dbqueue.codec import Codec
@@ -22,7 +23,7 @@ from dbqueue.errors import (
     TransactionStateError,
     shown,
 )
-from dbqueue.executor import Executor, Row
+from dbqueue.executor import Executor, Row, UnloadedRow
 from dbqueue.message import DeliveryMode, Message, State
 from dbqueue.outage import is_outage, unavailable
 from dbqueue.spec import PRIORITY_MAX, PRIORITY_MIN, QueueSpec
@@ -37,6 +38,10 @@ TokenLike = Any
 Token = tuple[int, int | None]
 
 RESCUE_ERROR = "lease expired: the worker holding it died, or overran its lease"
+#: The start of the error a message gets when a pop cannot read it.
+UNREADABLE_ERROR = "unreadable: dbqueue could not decode this message"
+
+log = logging.getLogger("dbqueue")
 ZERO = dt.timedelta(0)
 
 
@@ -282,6 +287,41 @@ class Layout:
 
     # -- pop --------------------------------------------------------------------------------
 
+    def _read_each(
+        self,
+        ex: Executor,
+        rows: Iterable[Row],
+        read: Callable[[Row], Message],
+        token: Callable[[Row], Token],
+        *,
+        leased: bool,
+    ) -> list[Message]:
+        """The messages of a pop's rows, each read on its own: one that cannot be (a payload
+        written outside dbqueue, nested too deep to decode; a value of the wrong type) does
+        not take the batch down with it. Leased, it is failed for good at once with what went
+        wrong (no retry would read it better); popped without a lease it is already gone, and
+        logged."""
+        messages: list[Message] = []
+        unreadable: list[tuple[Token, str]] = []
+        for r in rows:
+            if isinstance(r, UnloadedRow):  # the driver could not load some of its values
+                unreadable.append((token(r), f"{UNREADABLE_ERROR}: {'; '.join(r.errors)}"))
+                continue
+            try:
+                messages.append(read(r))
+            except Exception as exc:  # whatever the row made the decoder raise
+                unreadable.append((token(r), f"{UNREADABLE_ERROR}: {type(exc).__name__}: {exc}"))
+        for (number, _), error in unreadable:
+            log.error(
+                "queue %r: message %s %s: %s", self.spec.table, number,
+                "failed for good" if leased else "dropped (popped without a lease)", error,
+            )  # fmt: skip
+        if unreadable and leased:
+            tokens = [t for t, _ in unreadable]
+            errors = [storable_error(e) for _, e in unreadable]
+            self._fail_tokens(ex, tokens, [ZERO] * len(tokens), errors, False, final=True)
+        return messages
+
     def _take(
         self, ex: Executor, operation: str, n: int, params: dict[str, Any]
     ) -> tuple[int, list[Message]]:
@@ -395,10 +435,12 @@ class Layout:
         *,
         delay: dt.timedelta | None = None,
         strict: bool = True,
+        retry: bool = True,
     ) -> dict[int, State]:
         """Record a failed attempt: ready again after the back-off, or failed for good once
-        ``max_attempts`` is reached. Returns each item's new state."""
-        return self._fail(ex, fenced(items, "fail"), error, delay, strict)
+        ``max_attempts`` is reached, or at once with ``retry=False`` (an error no retry can
+        mend). Returns each item's new state."""
+        return self._fail(ex, fenced(items, "fail"), error, delay, strict, final=not retry)
 
     def fail_by_id(
         self, ex: Executor, ids: Iterable[TokenLike] | int, error: str | Sequence[str]
@@ -415,6 +457,8 @@ class Layout:
         error: str | Sequence[str],
         delay: dt.timedelta | None,
         strict: bool,
+        *,
+        final: bool = False,
     ) -> dict[int, State]:
         if isinstance(error, str):
             errors = [error] * len(tokens)
@@ -433,7 +477,7 @@ class Layout:
         backoff = self.spec.options.backoff
         delays = [delay if delay is not None else backoff.delay(t[1] or 1) for t in tokens]
         errors = [storable_error(e) for e in errors]
-        rows = self._fail_tokens(ex, tokens, delays, errors, strict)
+        rows = self._fail_tokens(ex, tokens, delays, errors, strict, final=final)
         return {int(r[0]): State(r[1]) for r in rows}
 
     def _fail_tokens(
@@ -443,19 +487,28 @@ class Layout:
         delays: list[dt.timedelta],
         errors: list[str],
         strict: bool,
+        *,
+        final: bool = False,
     ) -> list[Row]:
-        """Fail ``tokens`` (each with its back-off delay and error text); rows of (id, new
-        state)."""
-        params = {**self._fail_params(tokens, delays, errors), "strict": strict}
+        """Fail ``tokens`` (each with its back-off delay and error text; for good if
+        ``final``); rows of (id, new state)."""
+        params = {**self._fail_params(tokens, delays, errors, final=final), "strict": strict}
         rows = self._run(ex, "fail", params)
         if strict:
             self._check_leased(ex, tokens, rows, "fail")
         return rows
 
     def _fail_params(
-        self, tokens: list[Token], delays: list[dt.timedelta], errors: list[str]
+        self,
+        tokens: list[Token],
+        delays: list[dt.timedelta],
+        errors: list[str],
+        *,
+        final: bool = False,
     ) -> dict[str, Any]:
-        common = {"max_attempts": self.spec.options.max_attempts, **self._clock()}
+        # Failed for good once attempts >= max_attempts: always, with 0.
+        limit = 0 if final else self.spec.options.max_attempts
+        common = {"max_attempts": limit, **self._clock()}
         if self.dialect.supports_array_params:
             return {**self._token_params(tokens), "delays": delays, "errors": errors, **common}
         now = dt.datetime.now(dt.UTC)

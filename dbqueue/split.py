@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dbqueue.errors import InvalidArgument, shown
-from dbqueue.executor import Executor, Row
+from dbqueue.executor import Executor, Row, UnloadedRow, columns_from
 from dbqueue.layout import (
     RESCUE_ERROR,
     ZERO,
@@ -20,6 +20,7 @@ from dbqueue.layout import (
     TokenLike,
     check_duration,
     check_priority,
+    log,
     positive,
 )
 from dbqueue.message import Message, QueueStats, RescueResult, State
@@ -147,17 +148,37 @@ class SplitQueue(Layout):
         self, ex: Executor, operation: str, n: int, params: dict[str, Any]
     ) -> tuple[int, list[Message]]:
         rows = self._run(ex, operation, params)
+        acked = 0
         if operation == "ack_pop":  # the first column is the count acked (see split_ack_pop)
-            return int(rows[0][0]), self._messages([r[1:] for r in rows if r[1] is not None])
-        return 0, self._messages(rows)
+            acked = int(rows[0][0])
+            rows = [columns_from(r, 1) for r in rows if r[1] is not None]
+        leased = operation != "pop_remove"
+        return acked, self._messages(ex, self._without_orphans(ex, rows), leased)
 
-    def _messages(self, rows: list[Row]) -> list[Message]:
+    def _without_orphans(self, ex: Executor, rows: list[Row]) -> list[Row]:
+        """The pop's rows but those of orphans: a meta row whose data row is gone (deleted by
+        SQL outside dbqueue) comes back without one (NULL enqueued_at, a NOT NULL column of
+        the data table). Nothing is left to deliver or to record an error in: the meta row is
+        removed (if the pop has not already), and logged."""
+        orphans = [int(r[0]) for r in rows if r[5] is None and not isinstance(r, UnloadedRow)]
+        if not orphans:
+            return rows
+        log.warning(
+            "queue %r: removed %d messages whose data row was deleted outside dbqueue: %s",
+            self.spec.table, len(orphans), orphans,
+        )  # fmt: skip
+        self._run(ex, "delete", {"ids": self.dialect.array(orphans)})
+        gone = set(orphans)
+        return [r for r in rows if int(r[0]) not in gone]
+
+    def _messages(self, ex: Executor, rows: list[Row], leased: bool) -> list[Message]:
         t = self.dialect.time_result
         decode = self.codec.decode
-        messages = [
-            Message(r[0], r[1], r[2], t(r[3]), t(r[4]), t(r[5]), r[6], decode(r, 7))  # type: ignore[arg-type]
-            for r in rows
-        ]
+
+        def read(r: Row) -> Message:
+            return Message(r[0], r[1], r[2], t(r[3]), t(r[4]), t(r[5]), r[6], decode(r, 7))  # type: ignore[arg-type]
+
+        messages = self._read_each(ex, rows, read, lambda r: (int(r[0]), int(r[1])), leased=leased)
         if not self.dialect.orders_returning:
             messages.sort(key=lambda m: (-m.priority, m.run_at, m.id))
         return messages

@@ -185,12 +185,14 @@ class DjangoQueue[M: "BaseQueueModel"]:
         *,
         delay: dt.timedelta | None = None,
         strict: bool = True,
+        retry: bool = True,
     ) -> dict[int, State]:
-        """Record a failed attempt: retried after back-off, failed after max_attempts."""
+        """Record a failed attempt: retried after back-off, failed after max_attempts (or at
+        once with ``retry=False``)."""
         core, ex = self._bind()
         if isinstance(error, BaseException):
             error = f"{type(error).__name__}: {error}"
-        return core.fail(ex, items, error, delay=delay, strict=strict)
+        return core.fail(ex, items, error, delay=delay, strict=strict, retry=retry)
 
     def extend(self, items: TokenLike, *, lease: dt.timedelta | None = None) -> list[int]:
         """Extend the leases of items still held (a heartbeat for slow work)."""

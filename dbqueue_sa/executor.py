@@ -15,11 +15,13 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.util.concurrency import await_only, in_greenlet
 
 from dbqueue.dialects.base import Dialect
+from dbqueue.drivers.psycopg import fetch_rows
 from dbqueue.executor import Row, is_missing_table, missing_table
 from dbqueue_sa.tables import core_dialect
 
@@ -63,7 +65,15 @@ class SAExecutor:
             if exc.orig is not None and is_missing_table(exc.orig):
                 raise missing_table(exc.orig) from exc
             raise
-        return [tuple(row) for row in result] if result.returns_rows else []
+        if not result.returns_rows:
+            return []
+        cursor: Any = result.cursor
+        if isinstance(cursor, psycopg.Cursor):
+            # Read by the core's own fetch: a value psycopg cannot load fails its row only.
+            rows = fetch_rows(cursor)
+            result.close()
+            return rows
+        return [tuple(row) for row in result]
 
     def sleep(self, seconds: float) -> None:
         """Wait between attempts (a push into a full ring): under ``AsyncSession.run_sync``
@@ -85,3 +95,4 @@ class SAExecutor:
         if self._sqlite:
             self._begin_sqlite()
         return self.connection.begin_nested()
+

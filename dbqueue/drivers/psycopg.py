@@ -12,7 +12,7 @@ from psycopg import pq
 
 from dbqueue.dialects import PostgreSQL, get_dialect
 from dbqueue.dialects.base import Dialect
-from dbqueue.executor import Row, is_missing_table, missing_table
+from dbqueue.executor import Row, UnloadedRow, is_missing_table, missing_table
 
 
 class PsycopgExecutor:
@@ -53,7 +53,7 @@ class PsycopgExecutor:
             raise
         result = cursor.pgresult
         # The status, not cursor.description, which builds Column objects nobody reads here.
-        return cursor.fetchall() if result and result.status == _TUPLES_OK else []
+        return fetch_rows(cursor) if result and result.status == _TUPLES_OK else []
 
     def in_transaction(self) -> bool:
         status = self.connection.info.transaction_status
@@ -69,3 +69,39 @@ class PsycopgExecutor:
 
 _POSTGRESQL = get_dialect(PostgreSQL.name)
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
+
+
+def fetch_rows(cursor: psycopg.Cursor[Any]) -> list[Row]:
+    """Every row of the cursor's result. A value psycopg cannot load (a timestamp past year
+    9999 or 'infinity', written by SQL outside dbqueue) fails only its own row, which comes
+    back as an :class:`~dbqueue.executor.UnloadedRow`."""
+    try:
+        return cursor.fetchall()
+    except psycopg.DataError:
+        return _load_each(cursor)
+
+
+def _load_each(cursor: psycopg.Cursor[Any]) -> list[Row]:
+    result = cursor.pgresult
+    assert result is not None
+    loaders = [
+        cursor.adapters.get_loader(result.ftype(c), pq.Format(result.fformat(c)))
+        for c in range(result.nfields)
+    ]
+    rows: list[Row] = []
+    for r in range(result.ntuples):
+        values: list[Any] = []
+        errors: list[str] = []
+        for c, loader in enumerate(loaders):
+            data = result.get_value(r, c)
+            if data is None:
+                values.append(None)
+                continue
+            try:
+                assert loader is not None
+                values.append(loader(result.ftype(c), cursor).load(data))
+            except Exception as exc:  # the loader's own error: the value is not readable
+                values.append(None)
+                errors.append(f"{type(exc).__name__}: {exc}")
+        rows.append(UnloadedRow(values, errors) if errors else tuple(values))
+    return rows

@@ -70,28 +70,32 @@ class RingBase(Layout):
         if slot_seq is None or slot_seq % self.capacity != number % self.capacity:
             raise self._mismatch(f"slot {number % self.capacity} holds number {slot_seq}")
 
-    def _messages(self, rows: list[Row]) -> list[Message]:
-        """The messages of a pop's rows that took one, in number order."""
+    def _messages(self, ex: Executor, rows: list[Row], leased: bool) -> list[Message]:
+        """The messages of a pop's rows that took one, in number order (each read on its own,
+        see :meth:`~dbqueue.layout.Layout._read_each`)."""
         t = self.dialect.time_result
         decode = self.codec.decode
-        messages = []
-        for r in rows:
+
+        def read(r: Row) -> Message:
             row = PopRow._make(r[:PAYLOAD_AT])
-            if not row.taken:
-                continue
             pushed = t(row.pushed_at)
-            messages.append(
-                Message(
-                    id=int(row.number),
-                    attempts=int(row.attempts or 0),
-                    priority=0,
-                    run_at=pushed,  # type: ignore[arg-type]
-                    lease_until=t(row.lease_until),
-                    enqueued_at=pushed,  # type: ignore[arg-type]
-                    last_error=row.last_error,
-                    payload=decode(r, PAYLOAD_AT),
-                )
+            return Message(
+                id=int(row.number),
+                attempts=int(row.attempts or 0),
+                priority=0,
+                run_at=pushed,  # type: ignore[arg-type]
+                lease_until=t(row.lease_until),
+                enqueued_at=pushed,  # type: ignore[arg-type]
+                last_error=row.last_error,
+                payload=decode(r, PAYLOAD_AT),
             )
+
+        def token(r: Row) -> tuple[int, int | None]:
+            row = PopRow._make(r[:PAYLOAD_AT])
+            return int(row.number), int(row.attempts or 0)
+
+        taken = [r for r in rows if PopRow._make(r[:PAYLOAD_AT]).taken]
+        messages = self._read_each(ex, taken, read, token, leased=leased)
         messages.sort(key=lambda m: m.id)
         return messages
 

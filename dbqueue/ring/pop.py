@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from dbqueue.errors import NotLeased
-from dbqueue.executor import Executor, Row
+from dbqueue.executor import Executor, Row, columns_from
 from dbqueue.layout import Token
 from dbqueue.message import Message
 from dbqueue.ring.base import RingBase
@@ -70,7 +70,8 @@ class RingPop(RingBase):
         self, ex: Executor, operation: str, n: int, params: dict[str, Any]
     ) -> tuple[int, list[Message]]:
         if not self._sequences:
-            return 0, self._messages(self._run(ex, operation, params))
+            rows = self._run(ex, operation, params)
+            return 0, self._messages(ex, rows, leased=operation != "pop_remove")
         acked, messages, again = self._take_once(ex, operation, n, params)
         while again and len(messages) < n:
             rest = n - len(messages)
@@ -102,8 +103,8 @@ class RingPop(RingBase):
         if operation == "ack_pop":
             head = AckPopHead._make(rows[0][:2])
             acked = int(head.acked) + self._ack_aside(ex, params, head)
-            rows = [r[2:] for r in rows if r[2] is not None]
-        messages = self._messages(rows)
+            rows = [columns_from(r, 2) for r in rows if r[2] is not None]
+        messages = self._messages(ex, rows, leased=operation != "pop_remove")
         return acked, messages, self._keep_claims(ex, rows, held, looked=bool(held))
 
     def _keep_claims(self, ex: Executor, rows: list[Row], held: list[Claim], looked: bool) -> int:
@@ -244,14 +245,18 @@ class RingPop(RingBase):
         delays: list[dt.timedelta],
         errors: list[str],
         strict: bool,
+        *,
+        final: bool = False,
     ) -> list[Row]:
-        """Fail ``tokens``: PostgreSQL in one statement (both tables, strict included; a token
-        moved aside meanwhile, in a transaction); SQLite in the slots, then the side table."""
+        """Fail ``tokens`` (for good if ``final``): PostgreSQL in one statement (both tables,
+        strict included; a token moved aside meanwhile, in a transaction); SQLite in the
+        slots, then the side table."""
         of = {t[0]: (t, d, e) for t, d, e in zip(tokens, delays, errors, strict=True)}
 
         def params(subset: list[Token], strict: bool) -> dict[str, Any]:
             ts, ds, es = zip(*(of[t[0]] for t in subset), strict=True)
-            return {**self._fail_params(list(ts), list(ds), list(es)), "strict": strict}
+            fail = self._fail_params(list(ts), list(ds), list(es), final=final)
+            return {**fail, "strict": strict}
 
         if strict and self.dialect.supports_writable_cte:
             rows: list[Row] = list(self._rows(ex, "fail", params(tokens, True), SideRow))

@@ -64,6 +64,12 @@ class Front:
     #: joins it (and the SA fronts commit after the call, as a user does).
     transactional_needs_atomic = True
 
+    #: What a pop does with a timestamp Python's datetime cannot hold (PostgreSQL's
+    #: 'infinity'): "fails" it alone (the core's fetch loads row by row), "raises" (SQLAlchemy's
+    #: asyncio psycopg adapter fetches every row inside its execute and closes the cursor when
+    #: one fails: the pop raises a DataError), or "max" (asyncpg reads it as datetime.max).
+    reads_infinity = "fails"
+
     if TYPE_CHECKING:
         # The queue's operations (push, pop_batch, ack, ...), atomic(), clone() and close()
         # are each front's own, mostly forwarded by __getattr__.
@@ -430,6 +436,10 @@ class AsyncSAFront(SAFront):
     event loop (an :class:`asyncio.Runner` kept for the front's lifetime), the only loop its
     async engine is ever used on. A clone has its own loop and engine (one per thread).
     """
+
+    @property
+    def reads_infinity(self) -> str:  # type: ignore[override]
+        return "raises" if self.backend == "postgresql" else "fails"
 
     def _open(self) -> None:
         from tests.sqlalchemy.conftest import async_url

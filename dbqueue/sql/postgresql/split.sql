@@ -4,6 +4,8 @@
 -- Times come from statement_timestamp(), not now(): now() is the start of the caller's
 -- transaction, and a lease or a due check inside a long transaction must use the present.
 -- Placeholders in braces are identifiers from a validated QueueSpec, quoted by the dialect.
+-- Pops join the data rows with LEFT JOIN: a meta row whose data row was deleted outside dbqueue
+-- comes back with NULLs, and dbqueue.split removes it (an inner join would lease it unseen).
 
 -- split_push --
 WITH d AS (
@@ -61,7 +63,7 @@ m AS (
 -- split_pop_leased --
 WITH {_picked}, {_leased}
 SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at, d.last_error{d_payload}
-FROM m JOIN {data} AS d ON d.id = m.id
+FROM m LEFT JOIN {data} AS d ON d.id = m.id
 ORDER BY m.priority DESC, m.run_at, m.id;
 
 -- split_pop_remove --
@@ -77,7 +79,7 @@ WITH {_picked}, m AS (
     RETURNING d.*
 )
 SELECT m.id, m.attempts + 1, m.priority, m.run_at, NULL::timestamptz, d.enqueued_at, d.last_error{d_payload}
-FROM m JOIN d ON d.id = m.id
+FROM m LEFT JOIN d ON d.id = m.id
 ORDER BY m.priority DESC, m.run_at, m.id;
 
 -- split_pop_done --
@@ -93,7 +95,7 @@ WITH {_picked}, m AS (
     RETURNING m.id, m.attempts, m.priority, picked.run_at
 )
 SELECT m.id, m.attempts, m.priority, m.run_at, NULL::timestamptz, d.enqueued_at, d.last_error{d_payload}
-FROM m JOIN {data} AS d ON d.id = m.id
+FROM m LEFT JOIN {data} AS d ON d.id = m.id
 ORDER BY m.priority DESC, m.run_at, m.id;
 
 -- _held_tokens --
@@ -159,7 +161,7 @@ acked_first AS (
     FOR UPDATE SKIP LOCKED
 ), {_leased}, popped AS (
     SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at, d.last_error{d_payload}
-    FROM m JOIN {data} AS d ON d.id = m.id
+    FROM m LEFT JOIN {data} AS d ON d.id = m.id
 )
 SELECT (SELECT count(*) FROM acked), popped.*
 FROM (SELECT 1) AS one LEFT JOIN popped ON true
