@@ -11,13 +11,15 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 from django.apps import AppConfig, apps
-from django.db import models
+from django.db import models, router
 from django.db.models.base import ModelBase
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from dbqueue.errors import InvalidArgument
 from dbqueue.message import State
 from dbqueue.spec import index_name
+from dbqueue_django.orm import QueueManager, RingManager, push_instance
 from dbqueue_django.queue import QueueDescriptor
 from dbqueue_django.ring_model import RING_BASE_FIELDS, SLOT_STATES, RingQueueModelBase
 from dbqueue_django.ring_queue import RingDjangoQueue
@@ -35,7 +37,9 @@ def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
     Its primary key is a one-to-one to the data row *without* a database constraint: the
     core's statements keep both tables consistent, and a foreign key check on every batch
     dequeue has caused deadlocks in other queues. The relation still gives the ORM (admin,
-    querysets) the join: ``Model.objects.filter(queue_meta__state=...)``.
+    querysets) the join, ``Model.objects.filter(queue_meta__state=...)``, and its
+    ``on_delete=CASCADE`` makes every ORM delete of items (instance, queryset, a cascade from
+    another model) delete their meta rows too (see dbqueue_django.orm).
     """
     opts = data_model._meta
     table = opts.db_table
@@ -67,7 +71,7 @@ def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
             primary_key=True,
             db_column="id",
             db_constraint=False,
-            on_delete=models.DO_NOTHING,
+            on_delete=models.CASCADE,
             related_name="queue_meta",
         ),
         "state": models.SmallIntegerField(choices=STATE_CHOICES, default=0, db_default=0),
@@ -125,11 +129,21 @@ class QueueModel(BaseQueueModel, metaclass=QueueModelBase):
     queue: ClassVar[DjangoQueue[Any]] = QueueDescriptor()  # type: ignore[assignment]
     queue_meta_model: ClassVar[type[models.Model]]
 
+    objects = QueueManager()
+
     class Meta:
         abstract = True
 
     def __str__(self) -> str:
         return f"{self._meta.verbose_name} #{self.pk}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A new item is pushed (``Model.queue.push``, in the current transaction); an
+        existing one has its payload updated (its delivery state is the queue's)."""
+        if self._state.adding:
+            push_instance(self, kwargs.get("using"))
+        else:
+            super().save(*args, **kwargs)
 
 
 class RingQueueModel(BaseQueueModel, metaclass=RingQueueModelBase):
@@ -160,11 +174,32 @@ class RingQueueModel(BaseQueueModel, metaclass=RingQueueModelBase):
     queue: ClassVar[RingDjangoQueue[Any]] = QueueDescriptor(RingDjangoQueue)  # type: ignore[assignment]
     failed_model: ClassVar[type[models.Model]]
 
+    objects = RingManager()
+
     class Meta:
         abstract = True
 
     def __str__(self) -> str:
         return f"{self._meta.verbose_name} #{self.seq}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """A new message is pushed (``Model.queue.push``, in the current transaction); a
+        slot already written is the queue's to rewrite, and is refused."""
+        if self._state.adding:
+            push_instance(self, kwargs.get("using"))
+            return
+        raise InvalidArgument(
+            f"{type(self).__name__}: a ring's slots are written by its queue only; push a new "
+            f"message with {type(self).__name__}.queue.push(...)"
+        )
+
+    def delete(
+        self, using: str | None = None, keep_parents: bool = False
+    ) -> tuple[int, dict[str, int]]:
+        """Delete the message this slot holds (``Model.queue.delete``); the slot stays."""
+        queue = type(self).queue.using(using or router.db_for_write(type(self), instance=self))
+        deleted = queue.delete([self.seq])
+        return deleted, {self._meta.label: deleted}
 
     @property
     def id(self) -> int:

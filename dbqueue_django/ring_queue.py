@@ -49,7 +49,8 @@ class RingDjangoQueue[M: "RingQueueModel"](DjangoQueue[M]):
         """The slots holding a message, in push order; ``state`` is "ready" or "leased"
         (failed messages, and those waiting out a retry's back-off, are in the side table:
         :meth:`failed` and :meth:`waiting`)."""
-        queryset = self.model._default_manager.using(self.alias).exclude(state=SlotState.EMPTY)
+        slots: Any = self.model._default_manager.using(self.alias)
+        queryset: models.QuerySet[M] = slots.exclude(state=SlotState.EMPTY)
         if state is not None:
             queryset = queryset.filter(state=item_state(state))
         return queryset.order_by("seq")

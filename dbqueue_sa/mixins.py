@@ -27,6 +27,7 @@ from sqlalchemy.orm import Mapped, Mapper, mapped_column
 from dbqueue.errors import InvalidSpec
 from dbqueue.schema import RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import QueueSpec
+from dbqueue_sa import orm
 from dbqueue_sa.spec import (
     RING_BASE_KINDS,
     SPLIT_BASE_KINDS,
@@ -210,6 +211,7 @@ def _instrument(mapper: Mapper[Any], cls: type[Any]) -> None:
 # style maps it (DeclarativeBase, declarative_base(), registry.mapped).
 for _mixin in (QueueMixin, RingQueueMixin):
     event.listen(_mixin, "instrument_class", _instrument, propagate=True)
+orm.install()  # what session.add(), session.delete() and bulk DML do on a queue class
 
 
 def queue_classes(metadata: sa.MetaData | None = None) -> list[type[Any]]:

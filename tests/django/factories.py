@@ -1,8 +1,8 @@
 """factory-boy factories for the test app's queue models.
 
-They only *build* unsaved instances: a queue item is written by ``Model.queue.push``, which
-fills both the data and the meta table, never by ``Model.objects.create`` (that would leave a
-data row without its meta row). :func:`payload_of` turns a built instance into push keywords.
+They only *build* unsaved instances, which the tests push with ``Model.queue.push`` (or
+``push_many``) to choose priorities and delays; :func:`payload_of` turns a built instance into
+push keywords. (``Model.objects.create`` pushes too, see dbqueue_django.orm.)
 """
 
 from __future__ import annotations

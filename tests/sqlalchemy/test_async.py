@@ -103,9 +103,10 @@ async def test_the_other_operations(session: AsyncSession) -> None:
     assert (failed[0].id, failed[0].last_error, failed.attempts) == (b, "ValueError: again", 3)
     assert await Job.queue.aretry(session, [b]) == 1
     (job,) = await Job.queue.apop_batch(session)
-    await session.execute(
-        sa.update(Job.__queue_meta__).values(lease_until=dt.datetime.now(dt.UTC) - dt.timedelta(1))
+    expire = sa.update(Job.__queue_meta__).values(
+        lease_until=dt.datetime.now(dt.UTC) - dt.timedelta(1)
     )
+    await (await session.connection()).execute(expire)  # not the Session's: see dbqueue_sa.orm
     assert await Job.queue.arescue(session) == RescueResult(ready=1)
     acked, more = await Job.queue.aack_pop(session, [], 5)
     assert acked == 0 and sorted(j.id for j in more) == [a, b]
