@@ -24,6 +24,7 @@ from dbqueue.errors import (
     RingNotEmpty,
     TransactionStateError,
     UnsupportedDatabase,
+    WorkerGaveUp,
 )
 from dbqueue.executor import Executor
 from dbqueue.message import DeliveryMode, Message, QueueStats, RescueResult, State
@@ -61,5 +62,6 @@ __all__ = [
     "State",
     "TransactionStateError",
     "UnsupportedDatabase",
+    "WorkerGaveUp",
     "get_dialect",
 ]

@@ -29,6 +29,17 @@ def positive_int(value: str) -> int:
     return n
 
 
+def positive_float(value: str) -> float:
+    """An argparse type: a finite number above 0 (seconds)."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0 < x < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
+    return x
+
+
 def duration(value: str) -> timedelta:
     """An argparse type: a positive duration, whole numbers each followed by a unit, ``s``,
     ``m``, ``h``, ``d`` or ``w`` (``90s``, ``30m``, ``12h``, ``7d``, ``2w``; ``1d12h`` adds up)."""

@@ -63,6 +63,11 @@ class QueueTableMissing(DBQueueError):
     """The queue's tables do not exist in this database (migrations not applied?)."""
 
 
+class WorkerGaveUp(DBQueueError):
+    """A worker stopped trying to reach its database: it stayed unreachable longer than the
+    worker's ``reconnect_for`` (a ``--burst`` run's default: a cron job must end)."""
+
+
 class QueueUnavailable(DBQueueError):
     """The database could not be reached, or stopped serving, while a queue operation ran:
     the server restarting or shutting down, a lost connection, a failover that left the

@@ -30,7 +30,7 @@ from types import FrameType
 from typing import Any, Protocol
 
 from dbqueue.error_text import storable_error
-from dbqueue.errors import DBQueueError, InvalidArgument
+from dbqueue.errors import DBQueueError, InvalidArgument, WorkerGaveUp
 from dbqueue.message import RescueResult, State
 from dbqueue.outage import is_outage
 from dbqueue.wakeup import Doorbell, Listener, PollPolicy, quietly
@@ -39,6 +39,9 @@ log = logging.getLogger("dbqueue.worker")
 
 #: The longest wait between retries after a database error.
 RETRY_MAX = 5.0
+#: How long a ``burst`` worker tries to reach an unreachable database before it gives up
+#: (WorkerGaveUp): a run meant to end (cron, CI) must end.
+BURST_RECONNECT_FOR = 60.0
 #: Seconds between two looks at when work falls due, for an idle thread that polls (the look
 #: is one query per queue; a thread about to sleep longer always looks first).
 DUE_RECHECK = 1.0
@@ -191,6 +194,7 @@ class Worker:
         max_messages: int | None = None,
         poll: PollPolicy | None = None,
         rescue_every: float | None = None,
+        reconnect_for: float | None = None,
     ) -> None:
         if not consumers:
             raise InvalidArgument("a worker needs at least one queue with a handler")
@@ -200,9 +204,20 @@ class Worker:
             isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1
         ):
             raise InvalidArgument(f"max_messages must be a positive int, got {max_messages!r}")
+        if reconnect_for is not None and (
+            isinstance(reconnect_for, bool)
+            or not isinstance(reconnect_for, int | float)
+            or not reconnect_for > 0
+        ):
+            raise InvalidArgument(f"reconnect_for must be positive seconds, got {reconnect_for!r}")
         self.consumers = list(consumers)
         self.concurrency = concurrency
         self.burst = burst
+        #: Seconds of database errors in a row after which the worker gives up (WorkerGaveUp);
+        #: None: it keeps trying (a service's worker waits for its database to come back).
+        self.reconnect_for = (
+            reconnect_for if reconnect_for is not None or not burst else BURST_RECONNECT_FOR
+        )
         self.poll = poll or PollPolicy()
         # Expired leases come back within one lease time, and at least every 30 s.
         shortest = min(c.queue.lease.total_seconds() for c in self.consumers)
@@ -470,6 +485,15 @@ class Worker:
             return
         with self._lock:
             self.stats.database_errors += 1
+        if self.reconnect_for is not None and retry.failing_for() >= self.reconnect_for:
+            gave_up = WorkerGaveUp(
+                f"queue {queue.name}: the database stayed unreachable for "
+                f"{retry.failing_for():.0f} s (reconnect_for={self.reconnect_for:g}); giving "
+                f"up: {exc}"
+            )
+            gave_up.__cause__ = exc
+            self._fail_fatally(queue, gave_up)
+            return
         delay = retry.next()
         if is_outage(exc):
             log.warning("queue %s: database error (%s); retrying in %.1f s", queue.name, exc, delay)
@@ -722,10 +746,18 @@ class _Retry:
 
     def __init__(self) -> None:
         self.delay = 0.1
+        self.since: float | None = None  # the first error since the last success
 
     def next(self) -> float:
+        if self.since is None:
+            self.since = time.monotonic()
         delay, self.delay = self.delay, min(self.delay * 2, RETRY_MAX)
         return delay
 
+    def failing_for(self) -> float:
+        """Seconds since the first error of this run of errors (0 before any)."""
+        return 0.0 if self.since is None else time.monotonic() - self.since
+
     def reset(self) -> None:
         self.delay = 0.1
+        self.since = None

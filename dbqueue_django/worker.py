@@ -98,8 +98,10 @@ def build_worker(
     batch_size: int | None = None,
     burst: bool = False,
     max_messages: int | None = None,
+    reconnect_for: float | None = None,
 ) -> Worker:
-    """A worker running ``handlers``, each queue on ``database`` (default: the router's)."""
+    """A worker running ``handlers``, each queue on ``database`` (default: the router's);
+    ``reconnect_for``: see :class:`dbqueue.worker.Worker`."""
     consumers = [
         Consumer(
             DjangoWorkerQueue(h.model.queue.using(database) if database else h.model.queue),
@@ -109,4 +111,10 @@ def build_worker(
         )
         for h in handlers
     ]
-    return Worker(consumers, concurrency=concurrency, burst=burst, max_messages=max_messages)
+    return Worker(
+        consumers,
+        concurrency=concurrency,
+        burst=burst,
+        max_messages=max_messages,
+        reconnect_for=reconnect_for,
+    )

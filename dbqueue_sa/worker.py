@@ -146,6 +146,7 @@ def build_worker(
     burst: bool = False,
     max_messages: int | None = None,
     poll: PollPolicy | None = None,
+    reconnect_for: float | None = None,
 ) -> Worker:
     """A worker running ``handlers`` on the database of ``url`` (call ``.run()``).
 
@@ -176,5 +177,10 @@ def build_worker(
     finally:
         engine.dispose()
     return Worker(
-        consumers, concurrency=concurrency, burst=burst, max_messages=max_messages, poll=poll
+        consumers,
+        concurrency=concurrency,
+        burst=burst,
+        max_messages=max_messages,
+        poll=poll,
+        reconnect_for=reconnect_for,
     )

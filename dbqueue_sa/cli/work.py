@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from dbqueue.commandline import positive_int
+from dbqueue.commandline import positive_float, positive_int
 from dbqueue_sa.cli.common import (
     EXIT_OK,
     CommandError,
@@ -56,6 +56,14 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="exit after this many items",
     )
+    parser.add_argument(
+        "--reconnect-for",
+        type=positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="give up (exit 1) once the database stayed unreachable this long (default: 60 "
+        "with --burst, else never)",
+    )
 
 
 def _select(tables: Sequence[str] | None) -> list[Handler]:
@@ -96,6 +104,7 @@ def _run_worker(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         burst=args.burst,
         max_messages=args.max_messages,
+        reconnect_for=args.reconnect_for,
     )
     # Signals: the first SIGTERM or SIGINT finishes the batches in hand, a second exits now.
     stats = worker.run()

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from dbqueue.commandline import log_to_stderr, positive_int
+from dbqueue.commandline import log_to_stderr, positive_float, positive_int
 from dbqueue.errors import DBQueueError
 from dbqueue_django.handlers import Handler, autodiscover, handlers
 from dbqueue_django.management.labels import queue_model
@@ -40,6 +40,14 @@ class Command(BaseCommand):
             "--max-messages", type=positive_int, default=None, help="exit after this many items"
         )
         parser.add_argument(
+            "--reconnect-for",
+            type=positive_float,
+            default=None,
+            metavar="SECONDS",
+            help="give up (exit 1) once the database stayed unreachable this long (default: "
+            "60 with --burst, else never)",
+        )
+        parser.add_argument(
             "--database", default=None, help="database alias (default: the router's choice)"
         )
         parser.add_argument(
@@ -61,6 +69,7 @@ class Command(BaseCommand):
             batch_size=options["batch_size"],
             burst=options["burst"],
             max_messages=options["max_messages"],
+            reconnect_for=options["reconnect_for"],
         )
         try:
             stats = worker.run()
