@@ -110,7 +110,15 @@ class QueueFull(DBQueueError):
     nothing else of the call was written. ``remaining`` counts the Nones.
     """
 
-    def __init__(self, table: str, capacity: int, pushed: list[int | None], why: str) -> None:
+    def __init__(
+        self,
+        table: str,
+        capacity: int,
+        pushed: list[int | None],
+        why: str,
+        *,
+        can_wait: bool = True,
+    ) -> None:
         self.pushed = pushed
         self.remaining = sum(1 for i in pushed if i is None)
         stored = [i for i in pushed if i is not None]
@@ -121,8 +129,9 @@ class QueueFull(DBQueueError):
         )
         super().__init__(
             f"ring queue {table!r} is full ({capacity} slots): {self.remaining} message(s) not "
-            f"pushed, {why}{done}. Start more workers, raise push_timeout, or give the queue a "
-            f"larger capacity"
+            f"pushed, {why}{done}. Start more workers, "
+            + ("raise push_timeout, " if can_wait else "push outside a transaction, ")
+            + "or give the queue a larger capacity"
         )
 
 

@@ -208,18 +208,22 @@ class Layout:
             with ex.atomic():
                 return self._run_block(ex, stmt, params)
         except QueueTableMissing as exc:
-            raise QueueTableMissing(
-                f"queue {self.spec.table!r}: its tables do not exist in this database ({exc}); "
-                f"apply the migrations (Django: manage.py migrate; SQLAlchemy: "
-                f"metadata.create_all() or alembic upgrade) or create them with "
-                f"dbqueue.schema.create_statements()"
-            ) from exc
+            raise self._missing(exc) from exc
         except DBQueueError:
             raise
         except Exception as exc:
             if is_outage(exc):
                 raise unavailable(exc, self.spec.table, operation, not_stored) from exc
             raise
+
+    def _missing(self, exc: QueueTableMissing) -> QueueTableMissing:
+        """What to tell of a relation the database says does not exist (``exc``)."""
+        return QueueTableMissing(
+            f"queue {self.spec.table!r}: its tables do not exist in this database ({exc}); "
+            f"apply the migrations (Django: manage.py migrate; SQLAlchemy: "
+            f"metadata.create_all() or alembic upgrade) or create them with "
+            f"dbqueue.schema.create_statements()"
+        )
 
     def _run_block(self, ex: Executor, stmt: Statement, params: dict[str, Any]) -> list[Row]:
         # After the statement that returns rows, :ids names those rows (see sqlite/split.sql).

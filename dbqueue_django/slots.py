@@ -129,5 +129,7 @@ def check_empty(connection: BaseDatabaseWrapper, spec: QueueSpec) -> None:
     RingQueue(spec, dialect_for(connection)).check_empty(
         DjangoExecutor(connection.alias),
         drain_hint="stop its producers, let the workers empty it (manage.py runqueueworker "
-        "<app_label.Model> --burst), then run migrate again (see the ring queue how-to)",
+        "<app_label.Model> --burst, run from the code that still declares the ring's current "
+        "capacity: a worker that declares the new one refuses this table), then run migrate "
+        "again (see the ring queue how-to)",
     )

@@ -117,8 +117,10 @@ def check_empty(connection: sa.Connection, spec: QueueSpec) -> None:
     """Raise :class:`RingNotEmpty` unless the ring holds no message."""
     RingQueue(spec, core_dialect(connection.dialect.name)).check_empty(
         SAExecutor(connection),
-        drain_hint="stop its producers, let the workers empty it (dbqueue worker ... --burst), "
-        "then run the migration again",
+        drain_hint="stop its producers, let the workers empty it (dbqueue worker ... --burst, "
+        "run from the code that still declares the ring's current capacity: a worker that "
+        "declares the new one refuses this table), then run the migration again (see the "
+        "Alembic how-to, 'Change a ring's capacity')",
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dbqueue.dialects.base import Dialect
-from dbqueue.errors import InvalidSpec, RingCapacityMismatch
+from dbqueue.errors import InvalidSpec, QueueTableMissing, RingCapacityMismatch
 from dbqueue.executor import Executor, Row
 from dbqueue.layout import Layout
 from dbqueue.message import Message
@@ -57,12 +57,29 @@ class RingBase(Layout):
         only write lock a popper would need."""
         return self.dialect.concurrent_writers or not ex.in_transaction()
 
+    def _missing(self, exc: QueueTableMissing) -> QueueTableMissing:
+        """A ring whose slot table exists but whose counters do not (a migration that created
+        the table without ``create_queue_ring``) is told so, not that its tables are
+        missing."""
+        counters = [n for n in (self.spec.push_seq, self.spec.pop_seq) if n in str(exc)]
+        if not counters:
+            return super()._missing(exc)
+        return QueueTableMissing(
+            f"ring queue {self.spec.table!r}: its counter {counters[0]!r} does not exist in this "
+            f"database ({exc}). The ring's slots and counters are made by its migration's "
+            f"ring operation, not by CREATE TABLE: Django's RingSlots index (makemigrations "
+            f"writes it), SQLAlchemy's op.create_queue_ring({self.spec.table!r}, "
+            f"{self.capacity}) in the Alembic revision (autogenerate writes it once env.py "
+            f"has dbqueue_sa.migrations' hooks), or dbqueue.schema.create_ring_statements()"
+        )
+
     def _mismatch(self, detail: str) -> RingCapacityMismatch:
         return RingCapacityMismatch(
             f"ring queue {self.spec.table!r} declares capacity {self.capacity} but its table "
             f"does not match ({detail}). Changing capacity needs a migration while the ring is "
             f"empty (Django: makemigrations + migrate; SQLAlchemy: an Alembic revision with "
-            f"op.create_queue_ring); see the ring queue docs"
+            f"op.alter_queue_ring, which autogenerate writes), and the ring drained by workers "
+            f"of the code that still declares its current capacity; see the ring queue docs"
         )
 
     def _check_number(self, number: int, slot_seq: int | None) -> None:

@@ -211,6 +211,7 @@ class RingPush(RingBase):
                     [None] * len(rows),
                     "and SQLite cannot wait inside a transaction (no popper can run while it "
                     "holds the write lock)",
+                    can_wait=False,
                 )
             if time.monotonic() >= deadline:
                 raise QueueFull(

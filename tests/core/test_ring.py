@@ -238,8 +238,11 @@ def test_sqlite_cannot_wait_for_space_inside_a_transaction(request: pytest.Fixtu
                                                            table_name: str) -> None:  # fmt: skip
     with ring_bed("sqlite", request, table_name, capacity=1) as bed:
         bed.queue.push(bed.ex, {"n": 1})
-        with pytest.raises(QueueFull, match="cannot wait inside a transaction"), bed.transaction():
+        full = pytest.raises(QueueFull, match="cannot wait inside a transaction")
+        with full as raised, bed.transaction():
             bed.queue.push(bed.ex, {"n": 2})
+        assert "push outside a transaction" in str(raised.value)
+        assert "push_timeout" not in str(raised.value).split("holds the write lock")[1]
         assert numbers(bed, 5, mode="at_most_once") == [1]
 
 
@@ -488,3 +491,14 @@ def test_a_missing_ring_table_is_a_clear_error(bed: RingBed) -> None:
         ghost.push(bed.ex, {"n": 1})
     with pytest.raises(QueueTableMissing):
         ghost.pop_batch(bed.ex, 1)
+
+
+def test_a_ring_table_without_its_counters_says_how_to_make_them(bed: RingBed) -> None:
+    """The table exists (a migration made it without the ring operation): the error names the
+    counter, and the operation that makes it, not "its tables do not exist"."""
+    kind = "SEQUENCE" if bed.backend == "postgresql" else "TABLE"
+    bed.raw(f'DROP {kind} "{bed.spec.push_seq}"')
+    with pytest.raises(QueueTableMissing, match=r"its counter '.*_push_seq' does not exist") as e:
+        bed.queue.push(bed.ex, {"n": 1})
+    assert f"op.create_queue_ring({bed.spec.table!r}, {bed.queue.capacity})" in str(e.value)
+    assert "tables do not exist" not in str(e.value)
