@@ -15,10 +15,13 @@ names accepted, and a worker runs tasks of every name.
 
 from __future__ import annotations
 
+import sys
 import traceback
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
+from django.conf import settings
 from django.db import router, transaction
 from django.tasks import TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
@@ -162,7 +165,27 @@ def _finish(run: TaskRun, status: str, **values: Any) -> None:
     run.save()
 
 
+def _importable(path: str) -> bool:
+    """Whether the module of ``path`` may be imported to find a task: one already imported
+    (nothing runs), or one of an installed app, of the project's own package (its settings
+    module's), or under a prefix of the ``DBQUEUE_TASK_MODULES`` setting. A stored path is
+    data: importing any module it names would run that module's import-time code."""
+    module = path.rpartition(".")[0]
+    if module in sys.modules:
+        return True
+    prefixes = [c.name for c in apps.get_app_configs()]
+    prefixes += list(getattr(settings, "DBQUEUE_TASK_MODULES", ()))
+    if settings.SETTINGS_MODULE:
+        prefixes.append(settings.SETTINGS_MODULE.partition(".")[0])
+    return any(module == p or module.startswith(f"{p}.") for p in prefixes)
+
+
 def _task(path: str, item: TaskItem | TaskRun) -> AnyTask:
+    if not _importable(path):
+        raise InvalidTask(
+            f"task {path!r} is not in an installed app, the project's package or "
+            f"DBQUEUE_TASK_MODULES: its module was not imported"
+        )
     try:
         task = import_string(path)
     except ImportError as exc:

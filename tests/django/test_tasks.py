@@ -4,6 +4,7 @@ errors, retries, deferral, priorities, context, async tasks and signals."""
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -230,3 +231,15 @@ def test_a_task_whose_code_is_gone_fails_clearly() -> None:
     item = TaskItem.queue.failed().get()
     assert "cannot be imported" in (item.last_error or "")
     assert not TaskRun.objects.exists()
+
+
+def test_a_stored_path_outside_the_project_is_never_imported() -> None:
+    """A task path is data: one naming a module outside the installed apps and the project
+    (``this`` prints the Zen of Python when imported) fails without importing it."""
+    assert "this" not in sys.modules
+    TaskItem.queue.push(task_path="this.s", backend="default", queue_name="default", args=[],
+                        kwargs={})  # fmt: skip
+    assert work() == 0
+    item = TaskItem.queue.failed().get()
+    assert "is not in an installed app" in (item.last_error or "")
+    assert "this" not in sys.modules
