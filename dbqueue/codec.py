@@ -46,6 +46,7 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
     """Build the check for one field: returns the normalised value and its approximate size."""
     kind = f.kind
     aware = spec.options.aware_datetimes
+    limit = spec.options.max_payload_bytes
 
     def check(value: Any) -> tuple[Any, int]:
         if value is None:
@@ -115,6 +116,8 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
                 raise _fail(spec, f, value, "expects a date")
             return value, 4
         if kind is FieldKind.JSON:
+            if json_size_at_least(value, limit) > limit:
+                raise _too_large(spec, limit, f"more than {limit} bytes in field {f.name!r}")
             try:
                 text = json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
             except (TypeError, ValueError) as exc:
@@ -138,6 +141,44 @@ def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
         raise AssertionError(kind)  # pragma: no cover - FieldKind is closed
 
     return check
+
+
+def _too_large(spec: QueueSpec, limit: int, size: str) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"queue {spec.table!r}: payload is {size}, more than max_payload_bytes={limit}; store "
+        f"large content elsewhere and enqueue a reference"
+    )
+
+
+def json_size_at_least(value: Any, limit: int) -> int:
+    """A lower bound of the size of ``value`` encoded as JSON, counted no further than just
+    past ``limit``: a value far over the limit is refused before it is encoded (encoding
+    100 MB took 2.6 s and 361 MB of memory to find out), and one under it is encoded at most
+    a few times the limit long (escapes and UTF-8 make the text longer than the bound)."""
+    size = 0
+    seen: set[int] = set()
+    stack = [value]
+    while stack and size <= limit:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item) + 2
+        elif isinstance(item, dict):
+            if id(item) in seen:  # a cycle: json.dumps names it
+                continue
+            seen.add(id(item))
+            size += 1 + len(item)
+            for key, member in item.items():
+                stack.append(key if isinstance(key, str) else "")
+                stack.append(member)
+        elif isinstance(item, list | tuple):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            size += 1 + len(item)
+            stack.extend(item)
+        else:
+            size += 1  # a number, a bool, null: at least a character
+    return size
 
 
 def _utf8_size(spec: QueueSpec, f: Field, text: str) -> int:
@@ -232,11 +273,7 @@ class Codec:
             size += n
             values.append(enc(value) if enc is not None and value is not None else value)
         if size > self._limit:
-            raise PayloadTooLarge(
-                f"queue {self.spec.table!r}: payload is about {size} bytes, more than "
-                f"max_payload_bytes={self._limit}; store large content elsewhere and enqueue a "
-                f"reference"
-            )
+            raise _too_large(self.spec, self._limit, f"about {size} bytes")
         return values
 
     def _raise_names(self, payload: Mapping[str, Any]) -> None:

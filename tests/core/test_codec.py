@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dbqueue.codec import Codec
+from dbqueue.codec import Codec, json_size_at_least
 from dbqueue.dialects import PostgreSQL, SQLite
 from dbqueue.errors import InvalidPayload, PayloadTooLarge
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
@@ -251,6 +251,25 @@ def test_the_limit_counts_every_field(codec: Codec) -> None:
     small.encode({"f_required": "x" * 150, "f_json": ["y" * 100]})
     with pytest.raises(PayloadTooLarge):
         small.encode({"f_required": "x" * 150, "f_json": ["y" * 100], "f_bytes": b"z" * 100})
+
+
+def test_json_far_over_the_limit_is_refused_before_it_is_encoded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """100 MB of JSON (the same 1 MB string a hundred times) is never serialized to find out
+    that it is too large."""
+    spec = QueueSpec("big", (Field("doc", K.JSON),), QueueOptions(max_payload_bytes=1000))
+    codec = Codec(spec, PostgreSQL())
+
+    def never(*args: object, **kwargs: object) -> str:
+        raise AssertionError("json.dumps ran on a payload known to be too large")
+
+    monkeypatch.setattr("dbqueue.codec.json.dumps", never)
+    with pytest.raises(PayloadTooLarge, match="more than 1000 bytes in field 'doc'"):
+        codec.encode({"doc": {"chunks": ["x" * 1_000_000] * 100}})
+    cyclic: list[object] = []
+    cyclic.append(cyclic)
+    assert json_size_at_least(cyclic, 1000) < 1000  # a cycle is json.dumps's to name
 
 
 def test_the_limit_counts_bytes_not_characters() -> None:
