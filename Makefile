@@ -10,6 +10,9 @@ STAMP := $(VENV)/.installed
 # A second venv with Django 5.2 LTS (see test-django52).
 VENV52 ?= .venv-django52
 STAMP52 := $(VENV52)/.installed
+# A third with SQLAlchemy 2.0, the lowest the package accepts (see test-sqlalchemy20).
+VENV20 ?= .venv-sqlalchemy20
+STAMP20 := $(VENV20)/.installed
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 DEMO_ARGS ?=
@@ -18,7 +21,7 @@ CHAOS_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo demo-spark test test-django52 chaos bench bench-quick bench-sync-off bench-ring-storage bench-spark-archive bench-spark-push lint format typecheck check screenshots docs docs-serve clean distclean
+.PHONY: help venv demo demo-spark test test-django52 test-sqlalchemy20 chaos bench bench-quick bench-sync-off bench-ring-storage bench-spark-archive bench-spark-push lint format typecheck check screenshots docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -55,8 +58,8 @@ demo-spark: venv ## Spark demo: 1M page views pushed from a DataFrame, drained, 
 
 # One run_tests.py for every suite, so the log ends on the whole run's total (CI reads its last
 # line, "N passed, N failed").
-test: venv $(STAMP52) ## Run the whole test suite (PostgreSQL and SQLite), then the Django 5.2 LTS run
-	$(PY) scripts/run_tests.py --also django52 $(VENV52)/bin/python $(PYTEST_ARGS)
+test: venv $(STAMP52) $(STAMP20) ## Run the whole test suite (PostgreSQL and SQLite), then the Django 5.2 LTS and SQLAlchemy 2.0 runs
+	$(PY) scripts/run_tests.py --also django52 $(VENV52)/bin/python --also sqlalchemy20 $(VENV20)/bin/python $(PYTEST_ARGS)
 
 bench: venv ## Run the full benchmark (every system and workload); report in bench/results/<date>
 	$(PY) -m bench $(BENCH_ARGS)
@@ -94,6 +97,19 @@ $(STAMP52): pyproject.toml | venv
 test-django52: $(STAMP52) ## Run the Django and conformance tests on Django 5.2 LTS
 	$(PY) scripts/run_tests.py --no-main --also django52 $(VENV52)/bin/python $(PYTEST_ARGS)
 
+# SQLAlchemy: the package accepts 2.0 and 2.1; the main venv has the newest 2.1, this one the
+# newest 2.0.
+$(STAMP20): pyproject.toml | venv
+	@if ! $(VENV20)/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then \
+		"$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv --clear "$(VENV20)" || exit 1; \
+	fi
+	$(VENV20)/bin/python -m pip install -q --upgrade pip
+	$(VENV20)/bin/python -m pip install -q -e '.[dev]' 'sqlalchemy[asyncio]>=2.0.36,<2.1'
+	@touch $@
+
+test-sqlalchemy20: $(STAMP20) ## Run the SQLAlchemy and Alembic tests on SQLAlchemy 2.0
+	$(PY) scripts/run_tests.py --no-main --also sqlalchemy20 $(VENV20)/bin/python $(PYTEST_ARGS)
+
 lint: venv ## Check the code with ruff (lint and formatting)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -120,4 +136,4 @@ clean: ## Remove build output and tool caches (keeps the venv)
 	rm -rf build/ site/ .pytest_cache .mypy_cache .ruff_cache example_project/demo-data
 
 distclean: clean ## Remove everything clean removes, and the venvs
-	rm -rf "$(VENV)" "$(VENV52)"
+	rm -rf "$(VENV)" "$(VENV52)" "$(VENV20)"

@@ -412,13 +412,21 @@ def _tuning_change(autogen_context: AutogenContext, spec: QueueSpec) -> QueueOp 
     """``tune_queue_tables`` if an existing split queue's storage parameters are not set."""
     dialect = core_dialect(autogen_context.dialect.name)
     tables = {dialect.quote(name): name for name in (spec.table, spec.meta_table)}
-    key = f"{autogen_context.dialect.name}_with"  # how SQLAlchemy reflects them
     for statement in tuning_statements(spec, dialect):
         quoted, wanted = _parameters(statement)
-        options = autogen_context.inspector.get_table_options(tables[quoted]).get(key) or {}
+        options = _storage_parameters(autogen_context.connection, tables[quoted])  # type: ignore[arg-type]
         if any(options.get(name) != value for name, value in wanted.items()):
             return TuneQueueTablesOp(spec.table)
     return None
+
+
+def _storage_parameters(connection: sa.Connection, table: str) -> dict[str, str]:
+    """A PostgreSQL table's storage parameters, read from the catalog: SQLAlchemy reflects
+    them (``Inspector.get_table_options``) from 2.1 on only, and 2.0 raises
+    NotImplementedError."""
+    query = sa.text("SELECT reloptions FROM pg_class WHERE oid = to_regclass(:name)")
+    options = connection.scalar(query, {"name": f'"{table}"'}) or []
+    return dict(str(item).split("=", 1) for item in options)
 
 
 def _queue_op(autogen_context: AutogenContext, cls: type[Any], created: set[str]) -> QueueOp | None:

@@ -59,6 +59,9 @@ SUITES: dict[str, list[str]] = {
         "-k",
         "not core-pg and not core-sqlite",
     ],
+    # SQLAlchemy 2.0, the lowest the package accepts: the SQLAlchemy tests (Alembic and the
+    # CLI included) and the conformance suite's SQLAlchemy fronts, sync and asyncio.
+    "sqlalchemy20": ["tests/sqlalchemy", "tests/conformance", "-m", "sqlalchemy"],
 }
 
 
