@@ -6,7 +6,7 @@ works once the database is back. Any other database error comes from the stateme
 data (a text the column cannot hold, a value out of range, a constraint): retried, it fails
 the same way forever, so it must not be waited out.
 
-The errors come from psycopg or sqlite3, bare (the core's executors) or wrapped by a
+The errors come from psycopg, asyncpg or sqlite3, bare (the core's executors) or wrapped by a
 framework: SQLAlchemy keeps the driver's exception as ``orig``, Django as ``__cause__``.
 """
 
@@ -32,9 +32,11 @@ def is_outage(exc: BaseException) -> bool:
             return True
         if getattr(error, "connection_invalidated", False):  # SQLAlchemy: the connection died
             return True
+        if isinstance(error, ConnectionError | TimeoutError):  # the socket, under any driver
+            return True
         module = type(error).__module__.split(".")[0]
-        if module == "psycopg":
-            return _psycopg_outage(error)
+        if module in ("psycopg", "asyncpg"):
+            return _postgresql_outage(error)
         if module == "sqlite3":
             return _sqlite_outage(error)
     return False
@@ -65,13 +67,21 @@ def unavailable(
     return QueueUnavailable(queue, operation, stored, exc)
 
 
-def _psycopg_outage(error: BaseException) -> bool:
+#: Errors psycopg and asyncpg raise without a SQLSTATE for a lost, closed or refused connection.
+_CLIENT_OUTAGES = frozenset(
+    {"OperationalError", "InterfaceError", "ConnectionDoesNotExistError",
+     "ConnectionFailureError"}
+)  # fmt: skip
+
+
+def _postgresql_outage(error: BaseException) -> bool:
     state = getattr(error, "sqlstate", None)
     if state:
         return state in _OUTAGE_STATES or state[:2] in _OUTAGE_CLASSES
     # No SQLSTATE: raised by the client. A lost or closed connection is an OperationalError
-    # or an InterfaceError; a DataError (a NUL in a text) is the data's.
-    return type(error).__name__ in ("OperationalError", "InterfaceError")
+    # or an InterfaceError (psycopg), a ConnectionDoesNotExistError (asyncpg); a DataError (a
+    # NUL in a text) is the data's.
+    return type(error).__name__ in _CLIENT_OUTAGES
 
 
 def _sqlite_outage(error: BaseException) -> bool:

@@ -12,7 +12,7 @@
     with Session(engine) as session, session.begin():
         OrderConfirmation.queue.push(session, order_id=1, email="a@b.c")
 
-See docs/tutorials/sqlalchemy.md.
+See docs/tutorial/sqlalchemy.md.
 """
 
 import sqlalchemy as _sa

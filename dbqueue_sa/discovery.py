@@ -32,7 +32,7 @@ from dbqueue_sa.executor import SAExecutor
 from dbqueue_sa.mixins import RingQueueMixin
 from dbqueue_sa.queue import SAQueue
 from dbqueue_sa.spec import to_field
-from dbqueue_sa.tables import core_dialect
+from dbqueue_sa.tables import core_dialect_of
 
 log = logging.getLogger("dbqueue.cli")
 
@@ -74,7 +74,7 @@ class FoundQueue:
             queue: SAQueue[Any] = self.model.queue
             return queue.core(connection)
         layout = RingQueue if self.ring else SplitQueue
-        return layout(self.spec, core_dialect(connection.dialect.name))
+        return layout(self.spec, core_dialect_of(connection.dialect))
 
     def in_state(self, state: State | None) -> list[Ids]:
         """Where the ids of the items in ``state`` (None: every item) are, as the core's
@@ -152,7 +152,7 @@ def _discover(connection: sa.Connection) -> list[FoundQueue]:
                 found.append(_ring(connection, metadata, columns, table))
         except InvalidSpec as exc:
             # Not a name or a column set a queue could have: not one of ours.
-            log.debug("table %s is not a queue: %s", table, exc)
+            log.debug("table %r is not a queue: %s", table, exc)
     return found
 
 

@@ -10,6 +10,8 @@ on a connection, so the core's statements are prepared as with the other fronts.
 from __future__ import annotations
 
 import asyncio
+import functools
+import re
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -23,7 +25,7 @@ from sqlalchemy.util.concurrency import await_only, in_greenlet
 from dbqueue.dialects.base import Dialect
 from dbqueue.drivers.psycopg import fetch_rows
 from dbqueue.executor import Row, is_missing_table, missing_table
-from dbqueue_sa.tables import core_dialect
+from dbqueue_sa.tables import core_dialect_of
 
 
 class SAExecutor:
@@ -37,9 +39,11 @@ class SAExecutor:
 
     def __init__(self, connection: sa.Connection, *, commits: bool = False) -> None:
         self.connection = connection
-        self._dialect = core_dialect(connection.dialect.name)
+        self._dialect = core_dialect_of(connection.dialect)
         self._commits = commits
         self._sqlite = self._dialect.name == "sqlite"
+        #: asyncpg takes numbered parameters ($1, ...) in a tuple, not psycopg's named ones.
+        self._numbered = connection.dialect.driver == "asyncpg"
 
     @property
     def dialect(self) -> Dialect:
@@ -58,9 +62,13 @@ class SAExecutor:
     def execute(self, sql: str, params: Mapping[str, Any]) -> list[Row]:
         if self._sqlite:
             self._begin_sqlite()
+        bound: Any = dict(params)
+        if self._numbered:
+            sql, names = numbered(sql)
+            bound = tuple(params[name] for name in names)
         try:
             # The SQL was rendered from validated identifiers only; values stay bound.
-            result = self.connection.exec_driver_sql(sql, dict(params))
+            result = self.connection.exec_driver_sql(sql, bound)
         except DBAPIError as exc:
             if exc.orig is not None and is_missing_table(exc.orig):
                 raise missing_table(exc.orig) from exc
@@ -96,3 +104,23 @@ class SAExecutor:
             self._begin_sqlite()
         return self.connection.begin_nested()
 
+
+_NAMED = re.compile(r"%\((\w+)\)[sb]|%%")
+
+
+@functools.lru_cache(maxsize=1024)
+def numbered(sql: str) -> tuple[str, tuple[str, ...]]:
+    """The core's psycopg SQL (``%(name)s``, binary ``%(name)b``, ``%%`` for a percent sign)
+    with numbered parameters instead (``$1``...; a name used twice keeps its number), and the
+    names in number order: what asyncpg prepares. Rendered once per statement (cached)."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "%"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _NAMED.sub(number, sql), tuple(names)

@@ -38,7 +38,14 @@ from dbqueue_sa.spec import (
     payload_columns,
     to_field,
 )
-from dbqueue_sa.tables import dialect_types, failed_table, meta_table, now, ring_events
+from dbqueue_sa.tables import (
+    dialect_types,
+    failed_table,
+    guard_ddl,
+    meta_table,
+    now,
+    ring_events,
+)
 
 if TYPE_CHECKING:
     from dbqueue_sa.queue import SAQueue
@@ -65,6 +72,24 @@ class RingQueueDescriptor(QueueDescriptor):
         return super().__get__(instance, owner)  # type: ignore[return-value]
 
 
+def _refuse_bare_table(cls: type[Any]) -> None:
+    """A class that brings its own ``__table__`` must have the mixin's columns in it:
+    declarative cannot add them to a given Table (its error, "Can't add additional column",
+    would not say which to declare)."""
+    table = cls.__dict__.get("__table__")
+    if not isinstance(table, sa.Table):
+        return
+    base = RING_BASE_COLUMNS if issubclass(cls, RingQueueMixin) else SPLIT_BASE_COLUMNS
+    missing = sorted(name for name in base if name not in table.columns)
+    if missing:
+        raise InvalidSpec(
+            f"{cls.__name__}: its __table__ {table.name!r} lacks the queue's columns "
+            f"{', '.join(map(repr, missing))}; declare them in the Table as the mixin does "
+            f"(see {'RingQueueMixin' if issubclass(cls, RingQueueMixin) else 'QueueMixin'}), or "
+            f"use __tablename__ and let the mixin add them"
+        )
+
+
 class _QueueBase:
     """What both mixins share: the options, the spec, ``queue``."""
 
@@ -83,6 +108,7 @@ class _QueueBase:
             parent = next((b for b in cls.__mro__[1:] if "_dbqueue_queue" in b.__dict__), None)
             if parent is not None:
                 raise _inherited(cls, parent)
+            _refuse_bare_table(cls)
         super().__init_subclass__(**kw)
 
 
@@ -204,6 +230,8 @@ def _instrument(mapper: Mapper[Any], cls: type[Any]) -> None:
         _setup_ring(cls, table)
     else:
         _setup_split(cls, table)
+    own = [table, getattr(cls, "__queue_meta__", None), getattr(cls, "__queue_failed__", None)]
+    guard_ddl(table.metadata, *(t for t in own if t is not None))
     QUEUE_CLASSES[(id(table.metadata), table.name)] = cls
 
 

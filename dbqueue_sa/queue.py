@@ -21,8 +21,8 @@ from functools import cached_property
 from typing import Any, ClassVar, cast
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-from sqlalchemy.orm import Mapper, Session
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_scoped_session
+from sqlalchemy.orm import Mapper, Session, scoped_session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.session import make_transient_to_detached
 
@@ -33,10 +33,17 @@ from dbqueue.spec import QueueSpec
 from dbqueue.split import SplitQueue, TokenLike, data_row
 from dbqueue.worker_queue import AnyQueue
 from dbqueue_sa.executor import SAExecutor
+from dbqueue_sa.tables import core_dialect_of
 
 #: What an operation runs on.
-Target = Session | sa.Connection
-AsyncTarget = AsyncSession | AsyncConnection
+#: What the queue's methods run on: a Session (or a scoped_session, such as Flask-SQLAlchemy's
+#: ``db.session``) or a Connection; the a-methods: an AsyncSession (or async_scoped_session) or
+#: an AsyncConnection.
+Target = Session | sa.Connection | scoped_session[Any]
+AsyncTarget = AsyncSession | AsyncConnection | async_scoped_session[Any]
+#: What a target is once a scoped session gave its current session.
+Bound = Session | sa.Connection
+AsyncBound = AsyncSession | AsyncConnection
 
 #: The core queue per (class, database): SQL is rendered once per process, and a ring's pending
 #: pop claims (numbers of one database's pop sequence) are shared by every thread that pops that
@@ -77,14 +84,18 @@ class SAQueue[M]:
 
     # -- connections --------------------------------------------------------------------------
 
-    def _target(self, target: object) -> Target:
+    def _target(self, target: object) -> Bound:
         """``target`` if it is a Session or a Connection, else InvalidArgument (checked at run
         time: callers are not always type-checked)."""
+        if isinstance(target, scoped_session):  # Flask-SQLAlchemy's db.session, for one
+            target = target()
         if isinstance(target, Session | sa.Connection):
             return target
-        hint = " (an AsyncSession: use the a-methods, apush, apop_batch, ...)" * isinstance(
-            target, AsyncTarget
-        )
+        hint = ""
+        if isinstance(target, AsyncBound):
+            hint = " (an AsyncSession: use the a-methods, apush, apop_batch, ...)"
+        elif isinstance(target, sa.Engine):
+            hint = " (open one: with Session(engine) as session, or with engine.begin())"
         raise InvalidArgument(
             f"{self.model.__name__}.queue needs a Session or a Connection, got "
             f"{type(target).__name__}{hint}"
@@ -95,6 +106,8 @@ class SAQueue[M]:
         class's bind)."""
         checked = self._target(target)
         if isinstance(checked, Session):
+            # The driver is checked before the session connects (UnsupportedDatabase).
+            core_dialect_of(checked.get_bind(mapper=self.mapper).dialect)
             return checked.connection(bind_arguments={"mapper": self.mapper})
         return checked
 
@@ -250,12 +263,14 @@ class SAQueue[M]:
         *,
         delay: dt.timedelta | None = None,
         strict: bool = True,
+        retry: bool = True,
     ) -> dict[int, State]:
-        """Record a failed attempt: retried after back-off, failed after max_attempts."""
+        """Record a failed attempt: retried after back-off, failed after max_attempts (or at
+        once with ``retry=False``)."""
         if isinstance(error, BaseException):
             error = f"{type(error).__name__}: {error}"
         core, ex = self._bind(target)
-        return core.fail(ex, items, error, delay=delay, strict=strict)
+        return core.fail(ex, items, error, delay=delay, strict=strict, retry=retry)
 
     def extend(
         self, target: Target, items: TokenLike, *, lease: dt.timedelta | None = None
@@ -358,13 +373,21 @@ class SAQueue[M]:
     # -- asyncio ------------------------------------------------------------------------------
 
     async def _arun(
-        self, target: AsyncTarget, method: Callable[..., Any], *args: Any, **kw: Any
+        self, given: AsyncTarget, method: Callable[..., Any], *args: Any, **kw: Any
     ) -> Any:
-        if not isinstance(target, AsyncTarget):
+        target: object = given  # checked at run time: callers are not always type-checked
+        if isinstance(target, async_scoped_session):
+            target = target()
+        if not isinstance(target, AsyncBound):
+            if isinstance(target, AsyncEngine):
+                hint = " (open one: async with AsyncSession(engine) as session)"
+            elif isinstance(target, Session | sa.Connection | scoped_session):
+                hint = f" (use {method.__name__} for a Session)"
+            else:
+                hint = ""
             raise InvalidArgument(
                 f"{self.model.__name__}.queue.a{method.__name__} needs an AsyncSession or an "
-                f"AsyncConnection, got {type(target).__name__} (use {method.__name__} for a "
-                f"Session)"
+                f"AsyncConnection, got {type(target).__name__}{hint}"
             )
         return await target.run_sync(method, *args, **kw)
 

@@ -27,13 +27,24 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from dbqueue.dialects import Dialect, get_dialect
-from dbqueue.errors import UnsupportedDatabase
+from dbqueue.errors import InvalidSpec, UnsupportedDatabase
 from dbqueue.message import State
 from dbqueue.schema import drop_ring_counter_statements, ring_slot_statements, tuning_statements
 from dbqueue.spec import QueueSpec
 
 #: SQLAlchemy dialect names and the core dialects they run.
 DIALECTS = {"postgresql": "postgresql", "sqlite": "sqlite"}
+
+
+#: The DB-API drivers the core's SQL runs on, per SQLAlchemy dialect (psycopg 3's ``%(name)s``
+#: and binary ``%(name)b`` parameters, numbered for asyncpg; sqlite3's ``:name``), and the URL
+#: to use.
+DRIVERS = {"postgresql": ("psycopg", "asyncpg"), "sqlite": ("pysqlite", "aiosqlite")}
+URLS = {
+    "postgresql": "postgresql+psycopg://user:password@host/dbname (psycopg 3, for Engine and "
+    "AsyncEngine alike; postgresql+asyncpg:// for an AsyncEngine)",
+    "sqlite": "sqlite:///path.db (sqlite+aiosqlite:///path.db for an AsyncEngine)",
+}
 
 
 def core_dialect(name: str) -> Dialect:
@@ -44,6 +55,32 @@ def core_dialect(name: str) -> Dialect:
             f"dbqueue supports {', '.join(sorted(DIALECTS))}; this engine is {name!r}"
         )
     return get_dialect(core)
+
+
+def core_dialect_of(dialect: sa.Dialect) -> Dialect:
+    """The core dialect for an engine's dialect, or UnsupportedDatabase for a database or a
+    driver the core's SQL is not written for (before anything is sent: never half working)."""
+    core = core_dialect(dialect.name)
+    if dialect.driver not in DRIVERS[dialect.name]:
+        raise UnsupportedDatabase(
+            f"dbqueue runs on {dialect.name} through {' or '.join(DRIVERS[dialect.name])} "
+            f"only; this engine uses the {dialect.driver!r} driver. Use a URL like "
+            f"{URLS[dialect.name]}"
+        )
+    return core
+
+
+def _refuse_unsupported(target: Any, connection: sa.Connection, **kw: Any) -> None:
+    core_dialect_of(connection.dialect)
+
+
+def guard_ddl(*targets: sa.MetaData | sa.Table) -> None:
+    """Refuse ``create_all``/``drop_all`` (and a queue table's own ``create``/``drop``) on a
+    database dbqueue does not run on before their first statement, not halfway through."""
+    for target in targets:
+        for name in ("before_create", "before_drop"):
+            if not sa.event.contains(target, name, _refuse_unsupported):
+                sa.event.listen(target, name, _refuse_unsupported)
 
 
 class now(FunctionElement[Any]):  # noqa: N801 - a SQL function, spelled like func.now
@@ -174,6 +211,17 @@ def small(default: int | None) -> sa.Column[Any]:
     return sa.Column(sa.SmallInteger(), nullable=False, server_default=server)
 
 
+def refuse_taken(metadata: sa.MetaData, name: str, queue: str, what: str) -> None:
+    """InvalidSpec if the table a queue generates (its ``what`` table, ``name``) is already
+    in ``metadata``: another class or Table of the application has that name."""
+    if name in metadata.tables:
+        raise InvalidSpec(
+            f"queue {queue!r}: its {what} table is named {name!r}, and a table of that name is "
+            f"already declared in this MetaData; rename one of them (the queue's __tablename__, "
+            f"or the other table)"
+        )
+
+
 def meta_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
     """The split layout's meta table on ``data``'s MetaData, created after ``data``."""
     columns: dict[str, sa.Column[Any]] = {
@@ -186,6 +234,7 @@ def meta_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
     }
     for name, column in columns.items():
         column.name = column.key = name
+    refuse_taken(data.metadata, spec.meta_table, spec.table, "meta")
     meta = sa.Table(spec.meta_table, data.metadata, *columns.values())
     c = meta.c
     sa.Index(
@@ -219,6 +268,7 @@ def failed_table(spec: QueueSpec, ring: sa.Table, payload: list[sa.Column[Any]])
     for name, column in base.items():
         column.name = column.key = name
     copies = [sa.Column(c.name, c.type, nullable=c.nullable) for c in payload]
+    refuse_taken(ring.metadata, spec.failed_table, spec.table, "failed")
     failed = sa.Table(spec.failed_table, ring.metadata, *base.values(), *copies)
     c = failed.c
     waiting = c.state != int(State.FAILED)
@@ -241,7 +291,7 @@ def _run(statements: Any) -> Any:
     """A DDL event listener running ``statements(core dialect)`` on the connection."""
 
     def listener(target: sa.Table, connection: sa.Connection, **kw: Any) -> None:
-        for statement in statements(core_dialect(connection.dialect.name)):
+        for statement in statements(core_dialect_of(connection.dialect)):
             # Rendered from the validated spec only; no values to bind. exec_driver_sql with
             # no parameters, so psycopg leaves the statement's text as it is.
             connection.exec_driver_sql(statement)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from dbqueue.dialects.base import Converter, Dialect
 from dbqueue.spec import Field, FieldKind
@@ -55,6 +56,11 @@ class PostgreSQL(Dialect):
 
     def param(self, name: str) -> str:
         return f"%({name})s"
+
+    def time_result(self, value: Any) -> dt.datetime | None:
+        # In UTC, whatever the connection's TimeZone (psycopg returns a ZoneInfo of it): the
+        # same tzinfo as on SQLite, so a message's times compare and print alike everywhere.
+        return None if value is None else value.astimezone(dt.UTC)
 
     def payload_param(self, name: str, f: Field) -> str:
         # JSON travels as the text the codec produced (validated and size-checked once), so

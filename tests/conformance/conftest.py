@@ -1,6 +1,6 @@
 """The ``front`` fixture: every conformance test runs on {core, Django, SQLAlchemy (sync and
-asyncio)} x {PostgreSQL, SQLite} x {split queue, ring}; ``split_front`` and ``kept_front`` on
-the split queue only, for what only it does."""
+asyncio; asyncpg too on PostgreSQL)} x {PostgreSQL, SQLite} x {split queue, ring};
+``split_front`` and ``kept_front`` on the split queue only, for what only it does."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from dbqueue import get_dialect
 from dbqueue.schema import drop_ring_statements
 from tests.conformance.fronts import (
+    AsyncpgSAFront,
     AsyncSAFront,
     CoreFront,
     DjangoFront,
@@ -34,6 +35,7 @@ _FRONT_KINDS = [
     ("sa", "sqlite", "sa-sqlite", [_SQLITE, pytest.mark.sqlalchemy]),
     ("sa-async", "postgresql", "sa-async-pg", [_PG, pytest.mark.sqlalchemy]),
     ("sa-async", "sqlite", "sa-async-sqlite", [_SQLITE, pytest.mark.sqlalchemy]),
+    ("sa-asyncpg", "postgresql", "sa-asyncpg-pg", [_PG, pytest.mark.sqlalchemy]),
 ]
 
 
@@ -81,14 +83,21 @@ def kept_front(request: pytest.FixtureRequest) -> Iterator[Front]:
     yield from _front(request, kept=True)
 
 
+SA_FRONTS: dict[str, type[SAFront]] = {
+    "sa": SAFront,
+    "sa-async": AsyncSAFront,
+    "sa-asyncpg": AsyncpgSAFront,
+}
+
+
 def _front(request: pytest.FixtureRequest, *, kept: bool) -> Iterator[Front]:
     kind, backend, layout = request.param
     if kind == "django":
         request.getfixturevalue("transactional_db")
         alias = "default" if backend == "postgresql" else "sqlite"
         yield DjangoFront(backend, alias, kept=kept, layout=layout)
-    elif kind in ("sa", "sa-async"):
-        front_class = AsyncSAFront if kind == "sa-async" else SAFront
+    elif kind in SA_FRONTS:
+        front_class = SA_FRONTS[kind]
         yield from _sa_front(request, backend, front_class, kept=kept, layout=layout)
     else:
         yield from _core_front(request, backend, kept=kept, layout=layout)

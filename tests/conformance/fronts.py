@@ -474,6 +474,31 @@ class AsyncSAFront(SAFront):
             self.runner.close()
 
 
+class AsyncpgSAFront(AsyncSAFront):
+    """:class:`AsyncSAFront` through asyncpg (``postgresql+asyncpg://``), the driver most
+    FastAPI applications use: the core's SQL runs with numbered parameters."""
+
+    reads_infinity = "max"  # type: ignore[assignment]
+
+    def _open(self) -> None:
+        self.runner = asyncio.Runner()
+        url = self.url.replace("postgresql+psycopg://", "postgresql+asyncpg://", 1)
+        self.engine = create_async_engine(url)
+        self.session = AsyncSession(self.engine)
+
+    def interrupter(self) -> Callable[[], None]:
+        """asyncpg cancels only from the event loop its connection runs on, which is busy
+        running the statement to cancel: cancel its backend from another connection."""
+        pid = self._await(self._on_session(_backend_pid))
+        dsn = sa.make_url(self.url).set(drivername="postgresql")
+
+        def cancel() -> None:
+            with psycopg.connect(dsn.render_as_string(hide_password=False)) as conn:
+                conn.execute("SELECT pg_cancel_backend(%s)", (pid,))
+
+        return cancel
+
+
 def sa_model(*, kept: bool, layout: str) -> Any:
     """The SQLAlchemy class of a conformance queue: Job, KeptJob or RingJob."""
     from tests.sqlalchemy.kept import KeptJob
@@ -498,6 +523,10 @@ def _driver_stopper(session: Session) -> Callable[[], None]:
     driver: Any = session.connection().connection.driver_connection
     # aiosqlite runs a sqlite3 connection in its own thread; interrupt() that one.
     return _stopper(getattr(driver, "_conn", driver))
+
+
+def _backend_pid(session: Session) -> int:
+    return int(session.connection().exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
 
 
 def _stopper(conn: Any) -> Callable[[], None]:

@@ -21,6 +21,17 @@ def test_at_least_once_leases_and_ack_removes(front: Front) -> None:
     assert front.counts() == (0, 0)
 
 
+def test_a_popped_items_lease_is_an_aware_time_in_utc(front: Front) -> None:
+    """The same tzinfo on every front and database (PostgreSQL's driver would give the
+    connection's TimeZone as a ZoneInfo, SQLite's text none)."""
+    front.push(name="a")
+    (item,) = front.pop_batch(1)
+    lease_until = item.raw.lease_until
+    assert lease_until.tzinfo is dt.UTC
+    assert lease_until > dt.datetime.now(dt.UTC)
+    front.ack([item])
+
+
 def test_strict_ack_of_an_item_not_leased_changes_nothing(front: Front) -> None:
     front.push_many([{"name": "a"}, {"name": "b"}])
     batch = front.pop_batch(2)

@@ -4,13 +4,19 @@ a clear error when a sync method gets an async session or the other way round.""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import AsyncIterator
 from decimal import Decimal
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_scoped_session,
+    async_sessionmaker,
+)
 from sqlalchemy.orm import Session
 
 import dbqueue_sa.queue
@@ -160,6 +166,27 @@ async def test_a_sync_method_refuses_an_async_session(session: AsyncSession) -> 
 async def test_a_sync_at_most_once_pop_refuses_an_async_session(session: AsyncSession) -> None:
     with pytest.raises(InvalidArgument, match="got AsyncSession"):
         Job.queue.pop_batch(session, mode="at_most_once")  # type: ignore[arg-type]
+
+
+async def test_an_async_scoped_session_runs_on_its_current_session(
+    async_engine: AsyncEngine,
+) -> None:
+    scoped = async_scoped_session(async_sessionmaker(async_engine), scopefunc=asyncio.current_task)
+    try:
+        pk = await Job.queue.apush(scoped, name="a")
+        await scoped.commit()
+        (got,) = await Job.queue.apop_batch(scoped, 1)
+        assert (got.id, got.name) == (pk, "a")
+        await scoped.commit()
+    finally:
+        await scoped.remove()
+
+
+async def test_an_async_method_names_what_to_open_for_an_engine(
+    async_engine: AsyncEngine,
+) -> None:
+    with pytest.raises(InvalidArgument, match=r"got AsyncEngine \(open one: async with"):
+        await Job.queue.apush(async_engine, name="a")  # type: ignore[arg-type]
 
 
 async def test_an_async_method_refuses_a_sync_session(engine: sa.Engine) -> None:

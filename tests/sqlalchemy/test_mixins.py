@@ -287,6 +287,28 @@ def test_another_primary_key_is_refused() -> None:
                 code: Mapped[str] = mapped_column(sa.String(10), primary_key=True)
 
 
+def test_a_table_named_as_a_generated_one_is_refused_by_name() -> None:
+    base = fresh_base()
+    sa.Table("mix_taken_meta", base.metadata, sa.Column("x", sa.Integer(), primary_key=True))
+    with pytest.raises(InvalidSpec, match=r"its meta table is named 'mix_taken_meta', and a "):
+
+        class Taken(QueueMixin, base):  # type: ignore[misc,valid-type]
+            __tablename__ = "mix_taken"
+            name: Mapped[str]
+
+
+def test_a_table_without_the_mixin_columns_is_refused_naming_them() -> None:
+    base = fresh_base()
+    table = sa.Table(
+        "mix_bare", base.metadata,
+        sa.Column("id", sa.BigInteger(), primary_key=True), sa.Column("name", sa.String(10)),
+    )  # fmt: skip
+    with pytest.raises(InvalidSpec, match=r"lacks the queue's columns 'enqueued_at', 'last_error'"):
+
+        class Bare(QueueMixin, base):  # type: ignore[misc,valid-type]
+            __table__ = table
+
+
 class UUIDKey:
     """A mixin some applications put on every table."""
 

@@ -16,7 +16,14 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    Session,
+    mapped_column,
+    scoped_session,
+    sessionmaker,
+)
 
 from dbqueue.errors import (
     InvalidArgument,
@@ -268,8 +275,22 @@ def test_a_session_with_binds_runs_on_the_class_bind(
 
 
 def test_something_else_than_a_session_is_refused(engine: sa.Engine) -> None:
-    with pytest.raises(InvalidArgument, match="needs a Session or a Connection, got Engine"):
+    with pytest.raises(InvalidArgument, match=r"got Engine \(open one: with Session\(engine\)"):
         Job.queue.push(engine, name="a")  # type: ignore[arg-type]
+
+
+def test_a_scoped_session_runs_on_its_current_session(engine: sa.Engine) -> None:
+    """Flask-SQLAlchemy's ``db.session`` is a scoped_session."""
+    scoped = scoped_session(sessionmaker(engine))
+    try:
+        pk = Job.queue.push(scoped, name="a")
+        scoped.commit()
+        (got,) = Job.queue.pop_batch(scoped, 1)
+        assert (got.id, got.name) == (pk, "a")
+        assert Job.queue.ack(scoped, [got]) == [pk]
+        scoped.commit()
+    finally:
+        scoped.remove()
 
 
 def test_an_at_most_once_pop_refuses_something_else_than_a_session(engine: sa.Engine) -> None:
