@@ -104,6 +104,32 @@ class BenchEnv:
         }
 
 
+#: The environment variable that hands a child process (a worker, a chaos actor) its DSN: on
+#: the command line, a password would show in ps.
+DSN_VAR = "DBQUEUE_BENCH_DSN"
+
+
+def child_environ(dsn: str) -> dict[str, str]:
+    """The environment of a child process of the bench that connects to ``dsn``."""
+    return {**os.environ, DSN_VAR: dsn}
+
+
+def child_dsn() -> str:
+    """The DSN a child process was given (see :func:`child_environ`)."""
+    return os.environ[DSN_VAR]
+
+
+def libpq_environ(dsn: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (the process environment) with ``dsn`` as libpq's PG* variables, so that a
+    libpq program (pgbench) connects without the DSN on its command line."""
+    names = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "password": "PGPASSWORD",
+             "dbname": "PGDATABASE", "sslmode": "PGSSLMODE"}  # fmt: skip
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    out = dict(os.environ if base is None else base)
+    out.update({names[k]: str(v) for k, v in info.items() if k in names and v is not None})
+    return out
+
+
 def _memory_gb() -> float | None:
     try:
         with open("/proc/meminfo") as f:

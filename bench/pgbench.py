@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.env import BenchEnv
+from bench.env import BenchEnv, libpq_environ
 from bench.measure import Measurement
 from bench.systems.dbqueue_core import SPEC
 from dbqueue import SplitQueue, get_dialect
@@ -58,12 +58,13 @@ def run(
     defines = [arg for k, v in (variables or {}).items() for arg in ("-D", f"{k}={v}")]
     cmd = [
         str(env.pg_bin / "pgbench"), "-n", "-M", "prepared", "-c", str(clients),
-        "-j", str(clients), "-T", str(max(1, round(seconds))), *defines, "-f", f.name, dsn,
+        "-j", str(clients), "-T", str(max(1, round(seconds))), *defines, "-f", f.name,
     ]  # fmt: skip
     try:
         out = subprocess.run(
-            cmd, capture_output=True, text=True, check=True, timeout=timeout, env=environ
-        )
+            cmd, capture_output=True, text=True, check=True, timeout=timeout,
+            env=libpq_environ(dsn, environ),  # the DSN, password included, stays off ps
+        )  # fmt: skip
     except subprocess.CalledProcessError as exc:
         raise RuntimeError(f"pgbench failed: {exc.stderr.strip()[-2000:]}") from exc
     finally:

@@ -1,4 +1,6 @@
-"""A worker process of the harness: ``python -m bench.worker SYSTEM DSN TASK ARG [SECONDS]``.
+"""A worker process of the harness: ``python -m bench.worker SYSTEM TASK ARG [SECONDS]``, with
+the system's DSN in the environment (``DBQUEUE_BENCH_DSN``: never on a command line, where
+``ps`` would show its password).
 
 Tasks: ``drain BATCH``, ``cycle BATCH SECONDS``, ``pairs BATCH SECONDS`` (the cycle with
 pushes on one connection and pops on another), ``serve BATCH SECONDS`` (a long-running
@@ -16,6 +18,7 @@ import sys
 import time
 from typing import Any
 
+from bench.env import child_dsn
 from bench.systems import REGISTRY
 from bench.systems.base import System, Tally, stamp_of, stamped
 
@@ -64,9 +67,9 @@ def run(system: System, task: str, arg: float, seconds: float) -> dict[str, Any]
 
 
 def main(argv: list[str]) -> int:
-    name, dsn, task, arg = argv[0], argv[1], argv[2], float(argv[3])
-    seconds = float(argv[4]) if len(argv) > 4 else 0.0
-    system = REGISTRY[name](dsn)
+    name, task, arg = argv[0], argv[1], float(argv[2])
+    seconds = float(argv[3]) if len(argv) > 3 else 0.0
+    system = REGISTRY[name](child_dsn())
     system.depth()  # connect and warm up before the clock starts
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from bench.env import BenchEnv
+from bench.env import BenchEnv, child_environ
 from bench.measure import Measurement
 from bench.systems.base import System
 from bench.worker import WARMUP
@@ -77,12 +77,13 @@ def _workers(
 def _processes(system: System, specs: list[Spec]) -> Tallies:
     """Start the worker processes of ``specs`` together; return their JSON results (in spec
     order) and the seconds each took from spawn to ready (interpreter, imports, connection)."""
-    base = [sys.executable, "-m", "bench.worker", system.name, system.dsn]
+    base = [sys.executable, "-m", "bench.worker", system.name]
     spawned = time.perf_counter()
     procs = [
         subprocess.Popen(
             [*base, task, str(arg), str(seconds)],
             cwd=ROOT,
+            env=child_environ(system.dsn),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -30,6 +30,7 @@ import psycopg
 from bench.chaos import actors
 from bench.chaos.check import Verdict, judge, read_deliveries, read_pushes
 from bench.chaos.cluster import Cluster
+from bench.env import child_environ
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.schema import create_ring_statements, create_statements
 
@@ -51,9 +52,9 @@ class Run:
     def start(self, name: str, role: str, layout: str, *extra: str) -> None:
         log = self.logs / f"{name}.log"
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "bench.chaos.actors", role, self.cluster.dsn, layout,
-             str(log), *extra],
+            [sys.executable, "-m", "bench.chaos.actors", role, layout, str(log), *extra],
             cwd=ROOT, stdout=(self.logs / f"{name}.out").open("wb"), stderr=subprocess.STDOUT,
+            env=child_environ(self.cluster.dsn),
         )  # fmt: skip
 
     def workers(self) -> list[str]:

@@ -1,4 +1,5 @@
-"""The chaos run's processes: ``python -m bench.chaos.actors <role> <dsn> <layout> <log> ...``.
+"""The chaos run's processes: ``python -m bench.chaos.actors <role> <layout> <log> ...``, with
+the DSN in the environment (``DBQUEUE_BENCH_DSN``, off the command line).
 
 Each writes what it saw to its own log, one line per event, flushed at once, so a SIGKILL
 loses nothing already written:
@@ -24,6 +25,7 @@ from typing import Any, TextIO
 
 import psycopg
 
+from bench.env import child_dsn
 from dbqueue import Field, FieldKind, QueueOptions, QueueSpec, QueueUnavailable, get_dialect
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.ring import RingQueue
@@ -128,7 +130,8 @@ def transactional(dsn: str, layout: str, log: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    role, dsn, layout, log, *rest = argv
+    role, layout, log, *rest = argv
+    dsn = child_dsn()
     if role == "producer":
         producer(dsn, layout, log, rest[0])
     elif role == "worker":
