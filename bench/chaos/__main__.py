@@ -37,6 +37,9 @@ from dbqueue.schema import create_ring_statements, create_statements
 ROOT = Path(__file__).resolve().parents[2]
 LAYOUTS = ("split", "ring")
 FAULTS = ("kill", "restart", "stop", "long_tx")
+#: One round of faults, dealt in a shuffled order: kills the most (the common crash), and
+#: every kind in every round, so a 10-minute run has its 30 kills and 5 restarts for sure.
+ROUND = ("kill", "kill", "kill", "stop", "long_tx", "restart")
 DRAIN_PATIENCE = 180.0
 
 
@@ -48,6 +51,7 @@ class Run:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.counts = dict.fromkeys(FAULTS, 0)
         self.rng = random.Random(16)
+        self._dealt: list[str] = []
 
     def start(self, name: str, role: str, layout: str, *extra: str) -> None:
         log = self.logs / f"{name}.log"
@@ -61,8 +65,10 @@ class Run:
         return [n for n, p in self.procs.items() if n.startswith("worker") and p.poll() is None]
 
     def fault(self) -> str:
-        """Inflict one fault, chosen at random."""
-        fault = self.rng.choice(FAULTS)
+        """Inflict the next fault of the shuffled round (see ROUND)."""
+        if not self._dealt:
+            self._dealt = self.rng.sample(ROUND, len(ROUND))
+        fault = self._dealt.pop()
         victim = self.rng.choice(self.workers())
         if fault == "kill":
             proc = self.procs[victim]

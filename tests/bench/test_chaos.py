@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 def test_a_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
     pytest.importorskip("pgserver", reason="the embedded extra provides the cluster")
     done = subprocess.run(
-        [sys.executable, "-m", "bench.chaos", "--minutes", "1.5", "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench.chaos", "--minutes", "2", "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
