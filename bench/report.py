@@ -210,6 +210,11 @@ COMPARISONS: list[tuple[str, tuple[str, ...], str]] = [
     ),
     ("dbqueue-core", ("pgbench-split",), "Split vs the SQL it runs under pgbench"),
     ("dbqueue-ring-django", ("dbqueue-django", "dbqueue-ring"), "Django ring vs Django split"),
+    (
+        "dbqueue-sa-asyncpg",
+        ("dbqueue-sa-async", "dbqueue-sa"),
+        "SQLAlchemy's asyncio API on asyncpg vs on psycopg, and the sync Session",
+    ),
 ]
 
 
