@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -33,10 +34,10 @@ def manage(database: str, *args: str, timeout: float = 300) -> subprocess.Comple
     )
 
 
-@pytest.fixture
-def demo_pg_url(pg_dsn: str) -> Iterator[str]:
-    """A new, empty database on the test server, as a ``postgresql://`` URL."""
-    name = f"dbqueue_demo_{worker_id()}_{os.getpid()}"
+@contextmanager
+def scratch_pg_database(pg_dsn: str, prefix: str) -> Iterator[str]:
+    """A new, empty database on the test server for one test, as a ``postgresql://`` URL."""
+    name = f"{prefix}_{worker_id()}_{os.getpid()}"
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -45,3 +46,37 @@ def demo_pg_url(pg_dsn: str) -> Iterator[str]:
         admin.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
+
+
+@pytest.fixture
+def demo_pg_url(pg_dsn: str) -> Iterator[str]:
+    """A new, empty database on the test server, as a ``postgresql://`` URL."""
+    with scratch_pg_database(pg_dsn, "dbqueue_demo") as url:
+        yield url
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("postgresql", id="pg", marks=pytest.mark.postgresql),
+        pytest.param("sqlite", id="sqlite", marks=pytest.mark.sqlite),
+    ]
+)
+def shop_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of an example shop's own (the FastAPI and Flask examples): a fresh
+    PostgreSQL database, or a SQLite file; a SQLAlchemy URL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shop.sqlite3'}"
+        return
+    with scratch_pg_database(request.getfixturevalue("pg_dsn"), "dbqueue_shop") as url:
+        yield url.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def dbqueue_worker(url: str, module: str) -> subprocess.CompletedProcess[str]:
+    """``dbqueue worker --url URL MODULE --burst``, with ``DATABASE_URL=url`` for the handlers'
+    own sessions, as an example's README runs it."""
+    env = {**os.environ, "DATABASE_URL": url}
+    command = [sys.executable, "-m", "dbqueue_sa.cli", "worker", "--url", url, module, "--burst"]
+    return subprocess.run(
+        command, cwd=EXAMPLE.parent, env=env, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip

@@ -4,53 +4,25 @@ HTTP handling through FastAPI's TestClient, real databases, and the worker start
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
-from psycopg import sql
 
 from examples.fastapi_shop import db
 from examples.fastapi_shop.app import app
 from examples.fastapi_shop.models import Order, OrderConfirmation, Price, PriceTick, SentEmail
-from tests.pg import database_url, worker_id
+from tests.example.conftest import dbqueue_worker
 
-ROOT = Path(__file__).resolve().parents[2]
+HANDLERS = "examples.fastapi_shop.handlers"
 pytestmark = pytest.mark.sqlalchemy
 
 #: Passes the request model's pattern, but not the queue's String(254): refused at push, after
 #: the order's INSERT.
 TOO_LONG = "ann@" + "x" * 300 + ".example.com"
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("postgresql", id="pg", marks=pytest.mark.postgresql),
-        pytest.param("sqlite", id="sqlite", marks=pytest.mark.sqlite),
-    ]
-)
-def shop_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database of the shop's own: a fresh PostgreSQL database, or a SQLite file."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'shop.sqlite3'}"
-        return
-    dsn: str = request.getfixturevalue("pg_dsn")
-    name = f"dbqueue_fastapi_{worker_id()}_{os.getpid()}"
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield database_url(dsn, name).replace("postgresql://", "postgresql+psycopg://", 1)
-    with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
 
 
 @pytest.fixture
@@ -151,15 +123,4 @@ def test_worker_cli_runs_the_handlers(shop: db.Database) -> None:
 
 def run_worker(shop: db.Database) -> subprocess.CompletedProcess[str]:
     """``dbqueue worker --burst`` on the shop's handlers, as the README runs it."""
-    url = shop.url.render_as_string(hide_password=False)
-    env = {**os.environ, "DATABASE_URL": url}
-    command = [sys.executable, "-m", "dbqueue_sa.cli", "worker", "--url", url]
-    return subprocess.run(
-        [*command, "examples.fastapi_shop.handlers", "--burst"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return dbqueue_worker(shop.url.render_as_string(hide_password=False), HANDLERS)
