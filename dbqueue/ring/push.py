@@ -43,7 +43,8 @@ class RingPush(RingBase):
 
     @staticmethod
     def _fifo_only(priority: int, delay: dt.timedelta | None, run_at: dt.datetime | None) -> None:
-        if priority != 0 or isinstance(priority, bool):
+        # The type first: comparing some values (Decimal('sNaN')) with 0 raises.
+        if isinstance(priority, bool) or not isinstance(priority, int) or priority != 0:
             raise InvalidArgument(
                 f"a ring queue delivers in push order: it has no priorities (got priority="
                 f"{shown(priority)}); use a split queue (Django: QueueModel, SQLAlchemy: "
