@@ -65,12 +65,14 @@ class RingBase(Layout):
         if not counters:
             return super()._missing(exc)
         return QueueTableMissing(
-            f"ring queue {self.spec.table!r}: its counter {counters[0]!r} does not exist in this "
-            f"database ({exc}). The ring's slots and counters are made by its migration's "
-            f"ring operation, not by CREATE TABLE: Django's RingSlots index (makemigrations "
-            f"writes it), SQLAlchemy's op.create_queue_ring({self.spec.table!r}, "
-            f"{self.capacity}) in the Alembic revision (autogenerate writes it once env.py "
-            f"has dbqueue_sa.migrations' hooks), or dbqueue.schema.create_ring_statements()"
+            f"ring queue {self.spec.table!r}: its tables do not exist in this database, or not "
+            f"all of them: its counter {counters[0]!r} does not ({exc}). Apply the migrations "
+            f"(Django: manage.py migrate; SQLAlchemy: metadata.create_all() or alembic "
+            f"upgrade). If the slot table exists, the migration that made it lacks the ring "
+            f"operation that makes its slots and counters: Django's RingSlots index "
+            f"(makemigrations writes it), SQLAlchemy's op.create_queue_ring("
+            f"{self.spec.table!r}, {self.capacity}) (autogenerate writes it once env.py has "
+            f"dbqueue_sa.migrations' hooks), or dbqueue.schema.create_ring_statements()"
         )
 
     def _mismatch(self, detail: str) -> RingCapacityMismatch:
