@@ -106,11 +106,11 @@ def _default(column: sa.Column[Any], label: str) -> Any:
     if isinstance(default, ColumnDefault) and default.is_scalar:
         return default.arg
     if isinstance(default, ColumnDefault) and default.is_callable:
-        # SQLAlchemy wraps a zero-argument callable to take an execution context and keeps a
-        # one-argument one as given (``_fn``); the queue calls it for every push that leaves
-        # the field out, with no context to give.
+        # SQLAlchemy wraps a zero-argument callable to take an execution context (the wrapper's
+        # __wrapped__ is the callable, on 2.0 and 2.1) and keeps a one-argument one as given;
+        # the queue calls it for every push that leaves the field out, with no context.
         wrapped: Callable[[Any], Any] = default.arg
-        if wrapped is getattr(default, "_fn", None):
+        if getattr(wrapped, "__wrapped__", None) is None:
             raise InvalidSpec(
                 f"{label}: column {column.name!r} has a default that takes SQLAlchemy's "
                 f"execution context; a queue push has none to give: use a zero-argument "
