@@ -40,9 +40,7 @@ def create_app(url: str | None = None) -> Flask:
         db.session.add(order)
         db.session.flush()  # INSERT now, for order.id
         try:
-            message = OrderConfirmation.queue.push(
-                db.session, order_id=order.id, email=order.email
-            )
+            message = OrderConfirmation.queue.push(db.session, order_id=order.id, email=order.email)
         except InvalidPayload as exc:
             db.session.rollback()  # the order goes too: no order without its message
             return jsonify(error=str(exc)), 422
