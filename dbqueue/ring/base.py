@@ -16,6 +16,8 @@ from dbqueue.spec import QueueSpec
 
 #: Where a pop row's payload starts: after the columns of :class:`PopRow`.
 PAYLOAD_AT = len(PopRow._fields)
+#: The column of a pop row that says whether it took a message.
+TAKEN_AT = PopRow._fields.index("taken")
 
 
 class RingBase(Layout):
@@ -113,7 +115,8 @@ class RingBase(Layout):
             row = PopRow._make(r[:PAYLOAD_AT])
             return int(row.number), int(row.attempts or 0)
 
-        taken = [r for r in rows if PopRow._make(r[:PAYLOAD_AT]).taken]
+        # Filtered on the one column: each taken row is made a PopRow once, when it is read.
+        taken = [r for r in rows if r[TAKEN_AT]]
         messages = self._read_each(ex, taken, read, token, leased=leased)
         messages.sort(key=lambda m: m.id)
         return messages
