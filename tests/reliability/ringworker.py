@@ -181,6 +181,9 @@ def push(
     conn.close()
 
 
+READY = "popper ready"
+
+
 class _Stop:
     """Set by SIGTERM: finish the batch in hand, then exit."""
 
@@ -206,6 +209,9 @@ def pop(config: Config, worker: int, mode: DeliveryMode, batch: int, rescue_ever
     """Pop batches in ``mode`` until SIGTERM, keeping the books (see the module docstring);
     run the sweeper every ``rescue_every`` seconds too (0: never)."""
     _Stop.install()
+    # The test waits for this line before it sends SIGTERM: a signal that arrives while the
+    # interpreter is still importing would kill the popper before its handler exists.
+    print(READY, flush=True)
     conn = psycopg.connect(config.dsn, autocommit=True)
     ex = executor_for(DIALECT, conn)
     queue = RingQueue(config.spec(), DIALECT)

@@ -41,6 +41,7 @@ from dbqueue.schema import create_ring_statements, drop_ring_statements
 from tests.reliability.ringworker import (
     BOOKS,
     DIALECT,
+    READY,
     Config,
     body_for,
     create_books,
@@ -187,8 +188,15 @@ class Run:
                 )
 
     def stop_poppers(self) -> None:
-        """SIGTERM the live poppers: each finishes its batch, keeps its books and exits 0."""
+        """SIGTERM the live poppers: each finishes its batch, keeps its books and exits 0. A
+        replacement started a moment ago may still be importing, so each popper's ready line is
+        awaited first (a SIGTERM before its handler exists would kill it with -15)."""
         poppers = self.live("pop")
+        deadline = time.monotonic() + 60
+        for p in poppers:
+            while READY not in p.log.read_text(errors="replace") and p.popen.poll() is None:
+                assert time.monotonic() < deadline, f"{p.log.name} never got ready"
+                time.sleep(0.05)
         for p in poppers:
             p.popen.send_signal(signal.SIGTERM)
         codes = [p.popen.wait(60) for p in poppers]
