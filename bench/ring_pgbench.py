@@ -62,6 +62,9 @@ LITERALS = {
     "lease": "'30 seconds'",
     "strict": "false",
     "capacity": str(CAPACITY),
+    # As the Python API passes it for a statement that is its own transaction (see
+    # QueueOptions.durable_acks): at-least-once pops and acks do not wait for their flush.
+    "commit": "'off'",
 }
 
 

@@ -165,6 +165,11 @@ _NOT_ITEMS = (
 )
 
 
+#: What marks a statement that takes the ``commit`` parameter (see ``_relaxed`` in
+#: sql/postgresql/common.sql and :attr:`~dbqueue.spec.QueueOptions.durable_acks`).
+RELAXED = "set_config('synchronous_commit'"
+
+
 class Layout:
     """The shared half of a queue layout. Thread-safe: it holds no connection."""
 
@@ -175,6 +180,12 @@ class Layout:
         self.dialect = dialect
         self.codec = Codec(spec, dialect)
         self.statements = render(spec, dialect, self.layout)
+        #: The statements that may commit without waiting for their WAL flush (they hold the
+        #: ``_relaxed`` fragment: PostgreSQL's at-least-once pops and acks).
+        self._relaxable = frozenset(
+            name for name, st in self.statements.items() if any(RELAXED in p for p in st.parts)
+        )
+        self._relax = None if spec.options.durable_acks else "off"
         self._param_names = [f"p{i}" for i in range(len(spec.fields))]
         interval = spec.options.notify_interval
         self._notify_every = (
@@ -203,6 +214,9 @@ class Layout:
         not_stored = True
         try:
             not_stored = ex.in_transaction()
+            if stmt.name in self._relaxable:
+                # Only a statement that is its own transaction: the caller's stays as it is.
+                params["commit"] = None if not_stored else self._relax
             if len(stmt.parts) == 1:
                 return ex.execute(stmt.parts[0], params)
             with ex.atomic():

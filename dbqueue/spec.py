@@ -133,6 +133,14 @@ class QueueOptions:
     #: finished, its data row kept) instead of deleted, for an archive job to move out later.
     #: A ring cannot keep it: its slots are reused.
     keep_done: bool = False
+    #: At-least-once pops and acks (``pop_batch``, ``ack``, the worker's ``ack_pop``) that run
+    #: in their own transaction commit without waiting for their WAL flush on PostgreSQL
+    #: (``synchronous_commit = off`` for that transaction only): a server crash may forget the
+    #: last fraction of a second of them, whose messages are then delivered again, which
+    #: at-least-once allows; a push, and anything in the caller's transaction, still waits.
+    #: With ``synchronous_commit = on`` this spares two of the three flushes of a message
+    #: popped and acked one by one. True makes them wait like every other commit.
+    durable_acks: bool = False
 
     def __post_init__(self) -> None:
         attempts = self.max_attempts
@@ -170,8 +178,9 @@ class QueueOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidSpec(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.keep_done, bool):
-            raise InvalidSpec(f"keep_done must be True or False, got {self.keep_done!r}")
+        for name in ("keep_done", "durable_acks"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidSpec(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.keep_done and capacity is not None:
             raise InvalidSpec(f"keep_done is an option of split queues only; {SPLIT_HINT}")
 

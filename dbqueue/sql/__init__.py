@@ -43,9 +43,16 @@ def fragments(dialect: str, layout: str) -> dict[str, str]:
     return {k: "\n".join(v) for k, v in _blocks(dialect, layout).items() if k.startswith("_")}
 
 
+#: The file whose fragments the statements of every layout of a dialect may use.
+COMMON = "common"
+
+
 @cache
 def _blocks(dialect: str, layout: str) -> dict[str, tuple[str, ...]]:
-    text = resources.files(__package__).joinpath(dialect, f"{layout}.sql").read_text("utf-8")
+    path = resources.files(__package__).joinpath(dialect, f"{layout}.sql")
+    if layout == COMMON and not path.is_file():
+        return {}
+    text = path.read_text("utf-8")
     blocks: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in text.splitlines():
@@ -165,7 +172,8 @@ def render(
     if layout != "split":
         context.update(ring_context(spec, dialect))
     context.update(extra or {})
-    for name, text in fragments(dialect.name, layout).items():
+    shared = fragments(dialect.name, COMMON)
+    for name, text in {**shared, **fragments(dialect.name, layout)}.items():
         context[name] = text.format(**context)
     return {
         name: Statement(name, tuple(part.format(**context) for part in parts))

@@ -220,14 +220,16 @@ def test_default_options_are_valid() -> None:
     assert isinstance(options.backoff, Backoff)
     assert options.aware_datetimes is True
     assert options.keep_done is False
+    assert options.durable_acks is False
 
 
+@pytest.mark.parametrize("name", ["keep_done", "durable_acks"])
 @pytest.mark.parametrize("value", [1, 0, "yes", None], ids=["one", "zero", "str", "none"])
-def test_keep_done_must_be_a_bool(value: object) -> None:
-    # 1 or "yes" would select the done statements by truthiness; say so at declaration.
+def test_flags_must_be_bools(name: str, value: object) -> None:
+    # 1 or "yes" would select statements by truthiness; say so at declaration.
     with pytest.raises(InvalidSpec) as err:
-        QueueOptions(keep_done=value)  # type: ignore[arg-type]
-    assert "keep_done must be True or False" in str(err.value) and repr(value) in str(err.value)
+        QueueOptions(**{name: value})  # type: ignore[arg-type]
+    assert f"{name} must be True or False" in str(err.value) and repr(value) in str(err.value)
 
 
 def test_keep_done_is_refused_on_a_ring() -> None:

@@ -273,6 +273,7 @@ def _pg_values() -> dict[str, Any]:
         "priority": 0, "run_at": None, "delay": second, "n": 5, "lease": second, "count": 1,
         "ids": [1], "attempts": [1], "strict": True, "delays": [second], "errors": ["e"],
         "max_attempts": 3, "lock_key": 42, "error": "e", "state": None, "channel": "dbqueue_q",
+        "commit": "off",
     }  # fmt: skip
 
 

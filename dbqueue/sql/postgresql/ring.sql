@@ -249,14 +249,18 @@ state = {slot_empty}, attempts = t.attempts + 1, lease_until = NULL
 
 -- ring_pop_leased --
 WITH {_claims}, u AS (
-    UPDATE {ring} AS t SET {_lease} WHERE {_claimed} RETURNING {_popped}
+    UPDATE {ring} AS t SET {_lease} WHERE {_claimed}
+      AND {_relaxed}
+    RETURNING {_popped}
 )
 {_taken}
 {_missed};
 
 -- ring_pop_leased_held --
 WITH {_claims_held}, u AS (
-    UPDATE {ring} AS t SET {_lease} WHERE {_claimed_first} RETURNING {_popped}
+    UPDATE {ring} AS t SET {_lease} WHERE {_claimed_first}
+      AND {_relaxed}
+    RETURNING {_popped}
 )
 {_taken}
 {_missed_slots};
@@ -300,7 +304,7 @@ f.id = tok.id AND f.state = {side_leased} AND f.attempts = COALESCE(tok.attempts
 a AS (
     UPDATE {ring} AS t SET state = {slot_empty}, lease_until = NULL
     FROM tok
-    WHERE {_in_slot}
+    WHERE {_in_slot} AND {_relaxed}
     RETURNING t.seq
 )
 
@@ -314,7 +318,7 @@ SELECT seq AS number FROM a;
 -- ring_ack_side --
 WITH {_tokens}
 DELETE FROM {failed} AS f USING tok
-WHERE {_in_side}
+WHERE {_in_side} AND {_relaxed}
 RETURNING f.id AS number;
 
 -- ring_ack_strict --
@@ -334,7 +338,7 @@ WITH {_tokens}, mine AS (
     SELECT (SELECT count(*) FROM mine) + (SELECT count(*) FROM aside) = %(count)s AS ok
 ), a AS (
     UPDATE {ring} AS t SET state = {slot_empty}, lease_until = NULL
-    WHERE t.slot = ANY(ARRAY(SELECT slot FROM mine)) AND (SELECT ok FROM ok)
+    WHERE t.slot = ANY(ARRAY(SELECT slot FROM mine)) AND (SELECT ok FROM ok) AND {_relaxed}
     RETURNING t.seq
 ), d AS (
     DELETE FROM {failed} AS f

@@ -56,7 +56,7 @@ m AS (
     SET state = 1, attempts = m.attempts + 1,
         lease_until = statement_timestamp() + %(lease)s::interval
     FROM picked
-    WHERE m.id = picked.id
+    WHERE m.id = picked.id AND {_relaxed}
     RETURNING m.id, m.attempts, m.priority, m.run_at, m.lease_until
 )
 
@@ -123,7 +123,7 @@ tok AS (
 -- A fragment of ack and ack_pop: the rows of the tokens still held, deleted from both tables.
 {_ack_held}, acked AS (
     DELETE FROM {meta} AS m USING allowed
-    WHERE m.id = allowed.id
+    WHERE m.id = allowed.id AND {_relaxed}
     RETURNING m.id
 ), acked_d AS (
     DELETE FROM {data} AS d USING acked
@@ -137,7 +137,7 @@ tok AS (
     UPDATE {meta} AS m
     SET state = 2, run_at = statement_timestamp(), lease_until = NULL
     FROM allowed
-    WHERE m.id = allowed.id
+    WHERE m.id = allowed.id AND {_relaxed}
     RETURNING m.id
 )
 
