@@ -25,6 +25,7 @@ from sqlalchemy.util.concurrency import await_only, in_greenlet
 from dbqueue.dialects.base import Dialect
 from dbqueue.drivers.psycopg import fetch_rows
 from dbqueue.executor import Row, is_missing_table, missing_table
+from dbqueue_sa.psycopg_async import CORE_ROWS, rows_of
 from dbqueue_sa.tables import core_dialect_of
 
 
@@ -44,6 +45,9 @@ class SAExecutor:
         self._sqlite = self._dialect.name == "sqlite"
         #: asyncpg takes numbered parameters ($1, ...) in a tuple, not psycopg's named ones.
         self._numbered = connection.dialect.driver == "asyncpg"
+        #: SQLAlchemy's asyncio psycopg adapter: rows read as in dbqueue_sa.psycopg_async.
+        async_psycopg = connection.dialect.driver == "psycopg" and connection.dialect.is_async
+        self._options = {CORE_ROWS: True} if async_psycopg else None
 
     @property
     def dialect(self) -> Dialect:
@@ -68,7 +72,7 @@ class SAExecutor:
             bound = tuple(params[name] for name in names)
         try:
             # The SQL was rendered from validated identifiers only; values stay bound.
-            result = self.connection.exec_driver_sql(sql, bound)
+            result = self.connection.exec_driver_sql(sql, bound, execution_options=self._options)
         except DBAPIError as exc:
             if exc.orig is not None and is_missing_table(exc.orig):
                 raise missing_table(exc.orig) from exc
@@ -76,6 +80,10 @@ class SAExecutor:
         if not result.returns_rows:
             return []
         cursor: Any = result.cursor
+        if self._options is not None:
+            rows = rows_of(cursor)
+            result.close()
+            return rows
         if isinstance(cursor, psycopg.Cursor):
             # Read by the core's own fetch: a value psycopg cannot load fails its row only.
             rows = fetch_rows(cursor)

@@ -81,7 +81,15 @@ def fetch_rows(cursor: psycopg.Cursor[Any]) -> list[Row]:
         return _load_each(cursor)
 
 
-def _load_each(cursor: psycopg.Cursor[Any]) -> list[Row]:
+async def afetch_rows(cursor: psycopg.AsyncCursor[Any]) -> list[Row]:
+    """:func:`fetch_rows` of an asyncio cursor."""
+    try:
+        return await cursor.fetchall()
+    except psycopg.DataError:
+        return _load_each(cursor)
+
+
+def _load_each(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> list[Row]:
     result = cursor.pgresult
     assert result is not None
     loaders = [

@@ -65,9 +65,9 @@ class Front:
     transactional_needs_atomic = True
 
     #: What a pop does with a timestamp Python's datetime cannot hold (PostgreSQL's
-    #: 'infinity'): "fails" it alone (the core's fetch loads row by row), "raises" (SQLAlchemy's
-    #: asyncio psycopg adapter fetches every row inside its execute and closes the cursor when
-    #: one fails: the pop raises a DataError), or "max" (asyncpg reads it as datetime.max).
+    #: 'infinity'): "fails" it alone (the core's fetch loads row by row; SQLAlchemy's asyncio
+    #: psycopg adapter through dbqueue_sa.psycopg_async), or "max" (asyncpg reads it as
+    #: datetime.max).
     reads_infinity = "fails"
 
     if TYPE_CHECKING:
@@ -436,10 +436,6 @@ class AsyncSAFront(SAFront):
     event loop (an :class:`asyncio.Runner` kept for the front's lifetime), the only loop its
     async engine is ever used on. A clone has its own loop and engine (one per thread).
     """
-
-    @property
-    def reads_infinity(self) -> str:  # type: ignore[override]
-        return "raises" if self.backend == "postgresql" else "fails"
 
     def _open(self) -> None:
         from tests.sqlalchemy.conftest import async_url
