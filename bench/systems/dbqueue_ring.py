@@ -8,10 +8,11 @@ construct the system from its DSN alone, read the capacity from the table (its s
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Self
 
 from bench.systems.dbqueue_core import POSTGRESQL, AckPopLoop, CoreSystem
-from dbqueue import Field, FieldKind, QueueOptions, QueueSpec, RingQueue
+from dbqueue import Field, FieldKind, QueueFull, QueueOptions, QueueSpec, RingQueue
 from dbqueue.schema import create_ring_statements, drop_ring_statements
 
 if TYPE_CHECKING:
@@ -104,6 +105,16 @@ class DBQueueRing(CoreSystem):
         if self.fillfactor is not None:
             # After the slots are inserted, as dbqueue.schema sets RING_FILLFACTOR.
             self.run([f"ALTER TABLE {spec.table} SET (fillfactor = {self.fillfactor})"])
+
+    def push_batch(self, n: int, batch: int) -> None:
+        """A batch push that meets a full ring is reported on stderr, not fatal: the run goes
+        on and its figure shows what the full ring cost. (Once in several 30-s runs of four
+        pairs of 100 in 1,000 slots, with no sweeper running, a push met a full ring after
+        its push_timeout; the worker, whose maintenance rescues the ring, is what users run.)"""
+        try:
+            super().push_batch(n, batch)
+        except QueueFull as exc:
+            print(f"{self.name}: {exc}", file=sys.stderr, flush=True)
 
 
 class DBQueueRingLoop(AckPopLoop, DBQueueRing):
