@@ -15,6 +15,8 @@
 See docs/tutorial/sqlalchemy.md.
 """
 
+import sys as _sys
+
 import sqlalchemy as _sa
 from sqlalchemy.dialects import postgresql as _postgresql
 
@@ -38,3 +40,16 @@ __all__ = [
     "handler",
     "queue_classes",
 ]
+
+
+def _join_alembic() -> None:
+    """Inside an Alembic run, register the queue operations and the autogenerate comparison
+    (:mod:`dbqueue_sa.migrations`) even where env.py does not import them: env.py imports the
+    models for its ``target_metadata``, so this package is imported once Alembic is. Outside
+    Alembic (or before it is fully imported) nothing is loaded."""
+    autogenerate = _sys.modules.get("alembic.autogenerate")
+    if autogenerate is not None and hasattr(autogenerate, "comparators"):
+        import dbqueue_sa.migrations  # noqa: F401
+
+
+_join_alembic()
