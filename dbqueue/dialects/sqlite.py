@@ -21,7 +21,6 @@ from dbqueue.errors import UnsupportedDatabase
 from dbqueue.spec import Field, FieldKind
 
 MIN_VERSION = (3, 35, 0)
-TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 _TYPES = {
     FieldKind.SMALLINT: "smallint",
@@ -42,7 +41,10 @@ _TYPES = {
 def _utc_text(value: dt.datetime) -> str:
     if value.utcoffset() is not None:
         value = value.astimezone(dt.UTC).replace(tzinfo=None)
-    return value.strftime(TIME_FORMAT)
+    # Not strftime("%Y-%m-%d ..."): glibc's %Y writes year 15 as "15", which neither SQLite's
+    # date functions nor fromisoformat read back (found by the arbitrary-arguments test).
+    # isoformat pads the year to four digits; the space separator is SQLite's.
+    return value.isoformat(" ", "microseconds")
 
 
 # Connections opened with detect_types (Django's are) convert declared datetime/date/bool/decimal

@@ -419,3 +419,13 @@ def test_float_specials_are_stored_or_refused_never_lost(
     finally:
         if backend == "postgresql":
             ex.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"', {})
+
+
+def test_sqlite_times_keep_a_four_digit_year() -> None:
+    """glibc's strftime writes year 15 as "15", which SQLite and fromisoformat cannot read
+    back: a time before year 1000 round-trips through the SQLite dialect."""
+    from dbqueue import get_dialect
+
+    dialect = get_dialect("sqlite")
+    early = dt.datetime(15, 8, 8, 22, 5, 14, 3665, tzinfo=dt.UTC)
+    assert dialect.time_result(dialect.time_param(early)) == early
