@@ -518,8 +518,11 @@ def _leave_ring_parts(upgrade_ops: UpgradeOps) -> None:
         if isinstance(op, DropTableOp) and is_counter_table(op.to_table()):
             continue
         if isinstance(op, ModifyTableOps):
-            seq = index_name(op.table_name, SEQ_INDEX)
-            op.ops = [o for o in op.ops if not (isinstance(o, DropIndexOp) and o.index_name == seq)]
+            op.ops = [
+                o
+                for o in op.ops
+                if not (isinstance(o, DropIndexOp) and is_seq_index(op.table_name, o.index_name))
+            ]
             if not op.ops:
                 continue
         kept.append(op)
@@ -585,6 +588,12 @@ def is_counter_table(table: sa.Table) -> bool:
     return table.name.endswith(COUNTER_SUFFIXES) and [c.name for c in table.columns] == ["value"]
 
 
+def is_seq_index(table: str, name: str | None) -> bool:
+    """Whether an index of ``table`` is a ring's index on ``seq`` (made by the ring
+    operations on SQLite, outside the metadata)."""
+    return name == index_name(table, SEQ_INDEX)
+
+
 def include_object(
     obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
 ) -> bool:
@@ -598,7 +607,7 @@ def include_object(
     if type_ == "table":
         return not is_counter_table(obj)
     if type_ == "index":
-        return name != index_name(obj.table.name, SEQ_INDEX)
+        return not is_seq_index(obj.table.name, name)
     return True
 
 

@@ -73,8 +73,8 @@ class RingBase(Layout):
             f"upgrade). If the slot table exists, the migration that made it lacks the ring "
             f"operation that makes its slots and counters: Django's RingSlots index "
             f"(makemigrations writes it), SQLAlchemy's op.create_queue_ring("
-            f"{self.spec.table!r}, {self.capacity}) (autogenerate writes it once env.py has "
-            f"dbqueue_sa.migrations' hooks), or dbqueue.schema.create_ring_statements()"
+            f"{self.spec.table!r}, {self.capacity}) (autogenerate writes it), or "
+            f"dbqueue.schema.create_ring_statements()"
         )
 
     def _mismatch(self, detail: str) -> RingCapacityMismatch:
