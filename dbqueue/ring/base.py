@@ -126,6 +126,11 @@ class RingBase(Layout):
         sweeper's, :class:`~dbqueue.ring.sweeper.RingSweeper`)."""
         raise NotImplementedError
 
+    def return_now(self, ex: Executor) -> bool:
+        """:meth:`return_due` for a pop, retry or release, waiting out another sweeper; True
+        if messages may now be in the ring."""
+        raise NotImplementedError
+
     @property
     def _hole_timeout(self) -> float:
         return self.spec.options.hole_timeout.total_seconds()

@@ -58,7 +58,7 @@ class RingPop(RingBase):
         number was given up on: rare, so the hot path stays one statement.)
         """
         acked, messages = self._take_all(ex, operation, n, params)
-        if not messages and self.return_due(ex):
+        if not messages and self.return_now(ex):
             # The ring was empty but messages waited in the side table, due (a retry whose
             # back-off ended, a message put aside): pushed again at the tail, and taken now
             # rather than at the sweeper's next run.
@@ -213,7 +213,7 @@ class RingPop(RingBase):
             with ex.atomic():
                 released = self._in_slots_then_aside(ex, "release", tokens, self._clock())
         if released:
-            self.return_due(ex)
+            self.return_now(ex)
         return released
 
     def _extend_tokens(self, ex: Executor, tokens: list[Token], lease: dt.timedelta) -> list[int]:

@@ -162,7 +162,10 @@ class SweepRow(NamedTuple):
 
 
 class ReturnRow(NamedTuple):
-    """The row of ``ring_return`` (PostgreSQL): how many were pushed again, of how many due."""
+    """The row of ``ring_return`` (PostgreSQL): how many were pushed again, of how many due,
+    and whether messages were due while another sweeper held the lock (then none was
+    returned)."""
 
     placed: int
     due: int
+    busy: bool

@@ -14,6 +14,7 @@ One sweep, in small batches, one sweeper per queue at a time:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,6 +23,12 @@ from dbqueue.layout import RESCUE_ERROR, TokenLike, positive
 from dbqueue.message import RescueResult, State
 from dbqueue.ring.base import RingBase
 from dbqueue.ring.states import NumberRow, ReturnRow, SideRow, SweepRow
+
+#: How long a pop, retry or release waits for another sweeper to let go of the queue's lock
+#: when messages are due in the side table (the sweeper's statements take milliseconds; a
+#: caller's transaction that retried messages holds it until it ends), and how often it looks.
+RETURN_PATIENCE = 1.0
+RETURN_POLL = 0.01
 
 
 class RingSweeper(RingBase):
@@ -69,7 +76,13 @@ class RingSweeper(RingBase):
 
     def return_due(self, ex: Executor, *, batch: int | None = None) -> int:
         """Push the side table's due ready messages again at the tail (while slots are free);
-        return how many."""
+        return how many. On PostgreSQL, while another sweeper holds the queue's lock it returns
+        none (that sweeper is doing it)."""
+        return self._return_due(ex, batch)[0]
+
+    def _return_due(self, ex: Executor, batch: int | None = None) -> tuple[int, bool]:
+        """:meth:`return_due`, and whether messages were due while another sweeper held the
+        queue's lock (then this call returned none of them)."""
         size = positive("batch", batch, self.spec.options.rescue_batch)
         placed = 0
         while True:
@@ -77,13 +90,32 @@ class RingSweeper(RingBase):
                 params = {"n": size, "lock_key": self.spec.lock_key}
                 (row,) = self._rows(ex, "return", params, ReturnRow)
                 placed += int(row.placed)
-                if int(row.due) < size or int(row.placed) == 0:
-                    return placed
+                if row.busy or int(row.due) < size or int(row.placed) == 0:
+                    return placed, bool(row.busy)
             else:
                 moved, due = self._return_serial(ex, size)
                 placed += moved
                 if due < size or moved < due:
-                    return placed
+                    return placed, False
+
+    def return_now(self, ex: Executor) -> bool:
+        """For a pop that found the ring empty, and after a retry or a release: push the due
+        messages again at the tail now, waiting (at most ``RETURN_PATIENCE``) for a sweeper
+        that holds the queue's lock meanwhile. True if messages may now be in the ring.
+
+        Without the wait, a pop that met the sweeper at work found nothing although a retry
+        was due, and a ``--burst`` worker took the queue for drained and stopped with it
+        waiting aside (the sweeper, holding the lock, returns only what was due when its
+        statement began).
+        """
+        deadline = time.monotonic() + RETURN_PATIENCE
+        placed, busy = self._return_due(ex)
+        waited = busy
+        while busy and time.monotonic() < deadline:
+            time.sleep(RETURN_POLL)
+            more, busy = self._return_due(ex)
+            placed += more
+        return placed > 0 or waited
 
     def _return_serial(self, ex: Executor, size: int) -> tuple[int, int]:
         """SQLite: the due messages one by one, in one transaction; (pushed, due)."""
@@ -107,5 +139,5 @@ class RingSweeper(RingBase):
         with ex.atomic():
             retried = len(self._rows(ex, "retry", params, NumberRow))
         if retried:
-            self.return_due(ex)
+            self.return_now(ex)
         return retried

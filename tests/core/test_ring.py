@@ -166,6 +166,33 @@ def test_fail_waits_out_the_backoff_then_goes_to_the_failed_table(bed: RingBed) 
     assert bed.failed_ids() == []
 
 
+def test_a_pop_waits_out_a_sweeper_to_take_a_due_retry(pg_bed: RingBed) -> None:
+    # A burst worker whose pop met its own maintenance thread at work found the ring empty
+    # while the retry was due, and stopped: the pop now waits for the sweepers' lock.
+    pg_bed.queue.push(pg_bed.ex, {"n": 1})
+    (m,) = pg_bed.queue.pop_batch(pg_bed.ex, 1)
+    assert pg_bed.queue.fail(pg_bed.ex, m, "boom", delay=dt.timedelta(0)) == {m.id: State.READY}
+    sweeper = pg_bed.connect()
+    sweeper.execute("SELECT pg_advisory_lock(%(k)s)", {"k": pg_bed.spec.lock_key})
+    timer = threading.Timer(0.2, sweeper.execute, ("SELECT pg_advisory_unlock_all()", {}))
+    timer.start()
+    try:
+        assert numbers(pg_bed, 1) == [1]
+    finally:
+        timer.join()
+
+
+def test_a_pop_gives_up_on_a_held_lock_and_returns_nothing_due(pg_bed: RingBed) -> None:
+    pg_bed.queue.push(pg_bed.ex, {"n": 1})
+    (m,) = pg_bed.queue.pop_batch(pg_bed.ex, 1)
+    pg_bed.queue.fail(pg_bed.ex, m, "boom", delay=dt.timedelta(0))
+    holder = pg_bed.connect()
+    with holder.atomic():  # a caller's transaction that retried messages holds the lock
+        holder.execute("SELECT pg_advisory_xact_lock(%(k)s)", {"k": pg_bed.spec.lock_key})
+        assert pg_bed.queue.pop_batch(pg_bed.ex, 1) == []  # after RETURN_PATIENCE
+    assert numbers(pg_bed, 1) == [1]
+
+
 def test_last_attempt_expiring_goes_to_the_failed_table(bed: RingBed) -> None:
     bed.queue.push(bed.ex, {"n": 1})
     for _ in range(3):

@@ -561,7 +561,8 @@ FROM u;
 -- Ready messages of the side table that are due, pushed again at the tail under new numbers
 -- (attempts kept), oldest due first, where their slot is free (empty, holding the number
 -- minus C or laps behind it; a slot a push in flight holds is skipped). Those that find no
--- free slot stay aside (the ring is full) and their numbers become holes.
+-- free slot stay aside (the ring is full) and their numbers become holes. `busy`: another
+-- sweeper held the queue's lock while messages were due, so this run returned none of them.
 WITH {_sweep_lock}, f AS (
     SELECT * FROM {failed}
     WHERE (SELECT got FROM lock) AND state = {side_ready} AND run_at <= statement_timestamp()
@@ -586,7 +587,10 @@ WITH {_sweep_lock}, f AS (
 ), gone AS (
     DELETE FROM {failed} AS f USING placed WHERE f.id = placed.id
 )
-SELECT (SELECT count(*) FROM placed) AS placed, (SELECT count(*) FROM f) AS due;
+SELECT (SELECT count(*) FROM placed) AS placed, (SELECT count(*) FROM f) AS due,
+       CASE WHEN (SELECT got FROM lock) THEN false ELSE EXISTS (
+           SELECT 1 FROM {failed} WHERE state = {side_ready} AND run_at <= statement_timestamp()
+       ) END AS busy;
 
 -- ring_sweep_holes --
 -- Holes no popper marks (its popper died, or sits idle holding the claim). An empty slot is
