@@ -209,6 +209,13 @@ COMPARISONS: list[tuple[str, tuple[str, ...], str]] = [
         "Ring popped at most once vs naive (both settle in one statement per message)",
     ),
     ("dbqueue-core", ("pgbench-split",), "Split vs the SQL it runs under pgbench"),
+    (
+        "sql-ring",
+        ("sql-split", "dbqueue-ring", "pgbench-ring"),
+        "The Python floor: each layout's statements through the executor alone (ring vs "
+        "split; the API over its floor; the floor over pgbench)",
+    ),
+    ("sql-split", ("dbqueue-core", "pgbench-split"), "The split layout's Python floor"),
     ("dbqueue-ring-django", ("dbqueue-django", "dbqueue-ring"), "Django ring vs Django split"),
     (
         "dbqueue-sa-asyncpg",

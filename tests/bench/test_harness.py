@@ -29,6 +29,8 @@ PAIRED = ("thin", "naive", "dbqueue-core", "dbqueue-ring", "dbqueue-django", "db
 PEERS = ("pgqueuer", "procrastinate", "django-tasks-db", "celery-redis")
 #: Other ways through the same queues: popped by the worker's loop (ack_pop), at most once.
 VARIANTS = ("dbqueue-core-loop", "dbqueue-ring-loop", "dbqueue-ring-amo")
+#: Each layout's own statements through the executor alone: the Python floor.
+FLOOR = ("sql-ring", "sql-split")
 #: SQLAlchemy's asyncio API, on psycopg and on asyncpg.
 ASYNC = ("dbqueue-sa-async", "dbqueue-sa-asyncpg")
 #: pgbench running the pairs' SQL (bench/ring_pgbench.py); the minimal ring, one client only.
@@ -74,7 +76,7 @@ def _bench(out: Path, *args: str, module: str = "bench") -> dict[str, Any]:
 
 
 def test_every_system_through_the_quick_workloads(tmp_path: Path) -> None:
-    systems = ",".join(OURS + FIXED + PEERS + VARIANTS + ASYNC)
+    systems = ",".join(OURS + FIXED + PEERS + VARIANTS + FLOOR + ASYNC)
     quick = ("--quick", "--scale", "0.002", "--pairs", "2", "--pair-seconds", "0.3")
     data = _bench(tmp_path / "all", *quick, "--systems", systems)
     seen = {(r["system"], r["workload"]) for r in data["results"]}
@@ -92,6 +94,8 @@ def test_every_system_through_the_quick_workloads(tmp_path: Path) -> None:
     assert ("pgbench", "push_single") in seen
     for system in VARIANTS:
         assert {(system, "cycle"), (system, "pairs")} <= seen
+    for system in FLOOR:
+        assert {(system, w) for w in ("cycle", "pairs", "bloat_churn_rate")} <= seen
     for system in ASYNC:
         assert {(system, w) for w in ("push_single", "push_batch", "drain", "cycle")} <= seen
     for system in ("dbqueue-ring", "dbqueue-ring-loop"):
@@ -102,12 +106,13 @@ def test_every_system_through_the_quick_workloads(tmp_path: Path) -> None:
         for r in data["results"]
         if r["workload"] == "pairs" and r["system"] != "pgbench-kejser"
     }
-    paired = PAIRED + VARIANTS + ASYNC + PGBENCH_PAIRED
+    paired = PAIRED + VARIANTS + FLOOR + ASYNC + PGBENCH_PAIRED
     assert pairs == {(s, b, sync) for s in paired for b in (1, 100) for sync in ("on", "off")}
     assert ("pgbench-kejser", "pairs") in seen
     report = (tmp_path / "all" / "report.md").read_text()
     assert "## Ring vs split vs naive" in report
     assert "## Stuck slots" in report
+    assert "## The Python floor" in report
     assert "## Django ring vs Django split" in report
     assert "## Targets" in report
     assert "PostgreSQL" in report
