@@ -10,21 +10,24 @@ the server. A ratio the API misses but the floor reaches is our Python's to win;
 floor misses too is the price of a Python client on this machine.
 
 Both settle as dbqueue's worker does (at least once, non-strict acks, commits that do not wait
-for their flush). The ring's floor keeps what the protocol needs of its popper and nothing
-more: the claims a pop did not take are shown to the next pop (``ring_pop_leased_held``), as
-the pgbench reference does; a push that does not land is not retried (each ring has twice the
-slots its workload keeps in flight, so none should; one that does is reported on stderr).
+for their flush). The ring's floor runs only its hot statements on its own; the rare paths go
+through the queue's own code: a push whose slot is not free (``ring_push_blocked``), and a pop
+while claims an earlier pop did not take are held (their push was still in flight), which
+must look at their slots, wait for them or give them up (see dbqueue.ring.claims).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import sys
+import time
 from typing import Any
 
 from bench.systems.base import PAYLOAD
 from bench.systems.dbqueue_core import DBQueueCore
 from bench.systems.dbqueue_ring import DBQueueRing
+from dbqueue.ring import PushOutcome
+from dbqueue.ring.claims import Claim, now
 
 #: Parameters of the at-least-once pops and acks, as the API binds them outside a transaction.
 LEASE = dt.timedelta(seconds=60)
@@ -32,13 +35,20 @@ RELAXED = "off"
 
 
 class FloorMixin:
-    """Runs a layout's statement by name on the system's executor."""
+    """Runs a layout's statements by name on the system's executor."""
 
+    workloads = frozenset({"cycle", "pairs", "bloat"})
     ex: Any
     queue: Any
 
     def sql(self, name: str, params: dict[str, Any]) -> list[Any]:
         return self.ex.execute(self.queue.statements[name].parts[0], params)  # type: ignore[no-any-return]
+
+    def settle(self, name: str, ids: list[int], attempts: list[int], **extra: Any) -> int:
+        """Ack the messages taken (``ids`` with their ``attempts``) with statement ``name``."""
+        params = {"ids": ids, "attempts": attempts, "count": len(ids), "commit": RELAXED}
+        self.sql(name, params | extra)
+        return len(ids)
 
 
 class SplitSQL(FloorMixin, DBQueueCore):
@@ -47,7 +57,6 @@ class SplitSQL(FloorMixin, DBQueueCore):
     name = "sql-split"
     label = "split queue's SQL through the executor alone (Python floor)"
     database = "dbqueue_core"
-    workloads = frozenset({"cycle", "pairs", "bloat"})
 
     def push_payload(self, payload: str) -> None:
         self.sql(
@@ -64,61 +73,66 @@ class SplitSQL(FloorMixin, DBQueueCore):
 
     def take(self, batch: int) -> int:
         rows = self.sql("split_pop_leased", {"n": batch, "lease": LEASE, "commit": RELAXED})
-        ids = [r[0] for r in rows]
-        attempts = [r[1] for r in rows]  # split_pop_leased: id, attempts, ...
-        self.sql(
-            "split_ack",
-            {"ids": ids, "attempts": attempts, "count": len(ids), "strict": False,
-             "commit": RELAXED},
-        )  # fmt: skip
-        return len(ids)
+        # split_pop_leased: id, attempts, ...
+        return self.settle("split_ack", [r[0] for r in rows], [r[1] for r in rows], strict=False)
 
 
 class RingSQL(FloorMixin, DBQueueRing):
-    """The ring layout's push, pop and ack statements, and the claims it must keep."""
+    """The ring layout's hot push, pop and ack statements; the rare paths through the API."""
 
     name = "sql-ring"
     label = "ring queue's SQL through the executor alone (Python floor)"
     database = "dbqueue_ring"
-    workloads = frozenset({"cycle", "pairs", "bloat"})
 
-    def __init__(self, dsn: str) -> None:
-        super().__init__(dsn)
-        self._held: list[int] = []
-
-    def reset(self) -> None:
-        super().reset()
-        self._held = []
-
-    def _landed(self, rows: list[Any]) -> None:
-        """Report a push that did not land (its number stays a claim no push will fill, and
-        the popper that holds it stalls: the figure shows it), without stopping the run."""
-        if not all(r[1] for r in rows):
-            print(f"{self.name}: a push met a busy slot in {self.capacity} slots",
-                  file=sys.stderr, flush=True)  # fmt: skip
+    def _blocked(self, rows: list[Any], payload: str) -> None:
+        """The rare path, for each message the hot statement could not land: the API's own
+        ``ring_push_blocked`` (write over a gap, move a consumer's message aside, or wait for
+        a popper), and a new number where that says to take one; QueueFull on stderr after
+        ``push_timeout``."""
+        deadline = time.monotonic() + self.queue.spec.options.push_timeout.total_seconds()
+        for number, landed, *_ in rows:
+            while not landed:
+                outcome = self.queue._blocked(self.ex, number, [payload], evict=True)
+                if outcome.landed:
+                    break
+                if time.monotonic() > deadline:
+                    print(f"{self.name}: the ring stayed full", file=sys.stderr, flush=True)
+                    return
+                if outcome is PushOutcome.WAIT:
+                    time.sleep(0.001)
+                    continue
+                params = {"capacity": self.capacity, "p0": payload, "p": None}
+                ((number, landed, *_),) = self.sql("ring_push", params)
 
     def push_payload(self, payload: str) -> None:
-        self._landed(self.sql("ring_push", {"capacity": self.capacity, "p0": payload, "p": None}))
+        params = {"capacity": self.capacity, "p0": payload, "p": None}
+        self._blocked(self.sql("ring_push", params), payload)
 
     def push_batch(self, n: int, batch: int) -> None:
         for start in range(0, n, batch):
             size = min(batch, n - start)
             params = {"capacity": self.capacity, "ps": [None] * size, "c0": [PAYLOAD] * size}
-            self._landed(self.sql("ring_push_many", params))
+            self._blocked(self.sql("ring_push_many", params), PAYLOAD)
 
     def take(self, batch: int) -> int:
-        params: dict[str, Any] = {"capacity": self.capacity, "n": batch, "lease": LEASE,
-                                  "commit": RELAXED}  # fmt: skip
-        if self._held:
-            params |= {"k": max(0, batch - len(self._held)), "held": self._held}
-            rows = self.sql("ring_pop_leased_held", params)
+        queue = self.queue
+        if queue.pending_claims:
+            # Claims an earlier pop did not take (their push was in flight): the API's pop,
+            # which looks at their slots, waits for them or gives them up (dbqueue.ring.claims).
+            taken = [(m.id, m.attempts) for m in queue.pop_batch(self.ex, batch, lease=LEASE)]
         else:
-            rows = self.sql("ring_pop_leased", params | {"k": batch})
-        # ring_pop_leased: number, taken, slot_seq, slot_state, attempts, ...
-        self._held = [r[0] for r in rows if not r[1]]
-        ids = [r[0] for r in rows if r[1]]
-        attempts = [r[4] for r in rows if r[1]]
-        params = {"capacity": self.capacity, "ids": ids, "attempts": attempts,
-                  "count": len(ids), "commit": RELAXED}  # fmt: skip
-        self.sql("ring_ack", params)
-        return len(ids)
+            params = {"capacity": self.capacity, "n": batch, "k": batch, "lease": LEASE,
+                      "commit": RELAXED}  # fmt: skip
+            rows = self.sql("ring_pop_leased", params)
+            # ring_pop_leased: number, taken, slot_seq, slot_state, attempts, ...
+            clock = now()
+            missed = [Claim(r[0], clock) for r in rows if not r[1]]
+            taken = [(r[0], r[4]) for r in rows if r[1]]
+            if missed:
+                # As the API's pop does at once: look at the missed claims' slots, and take
+                # new numbers for the rest of the batch.
+                queue._claims.give_back(missed)
+                more = queue.pop_batch(self.ex, batch - len(taken), lease=LEASE)
+                taken += [(m.id, m.attempts) for m in more]
+        ids, attempts = [t[0] for t in taken], [t[1] for t in taken]
+        return self.settle("ring_ack", ids, attempts, capacity=self.capacity)
