@@ -56,7 +56,7 @@ LITERALS = {
     # has landed (taken before any new one). Claiming a whole batch on top of those made the
     # held claims pile up at 2 pairs of 100: 19,288 msg/s against 124,072 in a run that did
     # not pile up.
-    "k": "GREATEST(0, :batch - :nlanded)",
+    "k": "GREATEST(0, :batch::bigint - :nlanded::bigint)",
     "held": ":held::bigint[]",
     "ids": ":ids::bigint[]",
     "attempts": ":atts::smallint[]",
