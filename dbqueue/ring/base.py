@@ -3,6 +3,7 @@ statements' rows are read, and the capabilities of the database it runs on."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from dbqueue.dialects.base import Dialect
@@ -125,6 +126,11 @@ class RingBase(Layout):
         """Push the side table's due ready messages again at the tail; how many (the
         sweeper's, :class:`~dbqueue.ring.sweeper.RingSweeper`)."""
         raise NotImplementedError
+
+    def _sleep(self, ex: Executor, seconds: float) -> None:
+        # The executor's own sleep where it has one: under SQLAlchemy's asyncio (run_sync) a
+        # time.sleep would stop the event loop for the whole wait.
+        getattr(ex, "sleep", time.sleep)(seconds)
 
     def return_now(self, ex: Executor) -> bool:
         """:meth:`return_due` for a pop, retry or release, waiting out another sweeper; True

@@ -189,11 +189,6 @@ class RingPush(RingBase):
         self._check_number(number, row.slot_seq)
         return PushOutcome(row.outcome)
 
-    def _sleep(self, ex: Executor, seconds: float) -> None:
-        # The executor's own sleep where it has one: under SQLAlchemy's asyncio (run_sync) a
-        # time.sleep would stop the event loop for the whole wait.
-        getattr(ex, "sleep", time.sleep)(seconds)
-
     # -- SQLite ---------------------------------------------------------------------------------
 
     def _push_serial(self, ex: Executor, rows: list[list[Any]]) -> list[int]:

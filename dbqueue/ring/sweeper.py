@@ -112,7 +112,7 @@ class RingSweeper(RingBase):
         placed, busy = self._return_due(ex)
         waited = busy
         while busy and time.monotonic() < deadline:
-            time.sleep(RETURN_POLL)
+            self._sleep(ex, RETURN_POLL)
             more, busy = self._return_due(ex)
             placed += more
         return placed > 0 or waited
