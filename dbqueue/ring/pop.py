@@ -58,10 +58,13 @@ class RingPop(RingBase):
         number was given up on: rare, so the hot path stays one statement.)
         """
         acked, messages = self._take_all(ex, operation, n, params)
-        if not messages and self.return_now(ex):
+        if not messages and (self.return_now(ex) or self._claims):
             # The ring was empty but messages waited in the side table, due (a retry whose
             # back-off ended, a message put aside): pushed again at the tail, and taken now
-            # rather than at the sweeper's next run.
+            # rather than at the sweeper's next run. Or this pop claimed numbers whose push
+            # had not committed when it looked (the sweeper's return, pushing those very
+            # messages, may have committed since): looked at once more, so that a --burst
+            # worker does not take a queue for drained while its messages land.
             pop = "pop_remove" if operation == "pop_remove" else "pop_leased"
             messages = self._take_all(ex, pop, n, params)[1]
         return acked, messages
