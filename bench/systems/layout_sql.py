@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-import time
 from typing import Any
 
 from bench.systems.base import PAYLOAD
 from bench.systems.dbqueue_core import DBQueueCore
 from bench.systems.dbqueue_ring import DBQueueRing
-from dbqueue.ring import PushOutcome
+from dbqueue import QueueFull
 from dbqueue.ring.claims import Claim, now
 
 #: Parameters of the at-least-once pops and acks, as the API binds them outside a transaction.
@@ -85,24 +84,15 @@ class RingSQL(FloorMixin, DBQueueRing):
     database = "dbqueue_ring"
 
     def _blocked(self, rows: list[Any], payload: str) -> None:
-        """The rare path, for each message the hot statement could not land: the API's own
-        ``ring_push_blocked`` (write over a gap, move a consumer's message aside, or wait for
-        a popper), and a new number where that says to take one; QueueFull on stderr after
-        ``push_timeout``."""
-        deadline = time.monotonic() + self.queue.spec.options.push_timeout.total_seconds()
-        for number, landed, *_ in rows:
-            while not landed:
-                outcome = self.queue._blocked(self.ex, number, [payload], evict=True)
-                if outcome.landed:
-                    break
-                if time.monotonic() > deadline:
-                    print(f"{self.name}: the ring stayed full", file=sys.stderr, flush=True)
-                    return
-                if outcome is PushOutcome.WAIT:
-                    time.sleep(0.001)
-                    continue
-                params = {"capacity": self.capacity, "p0": payload, "p": None}
-                ((number, landed, *_),) = self.sql("ring_push", params)
+        """The rare path, for the messages the hot statement could not land (``rows``: the
+        number of each and whether it landed): the queue's own push from those numbers on
+        (``ring_push_blocked``, backpressure); a QueueFull is reported on stderr."""
+        numbers = [int(number) for number, landed, *_ in rows if not landed]
+        if numbers:
+            try:
+                self.queue._push_all(self.ex, [[payload]] * len(numbers), numbers)
+            except QueueFull as exc:
+                print(f"{self.name}: {exc}", file=sys.stderr, flush=True)
 
     def push_payload(self, payload: str) -> None:
         params = {"capacity": self.capacity, "p0": payload, "p": None}

@@ -109,12 +109,17 @@ class RingPush(RingBase):
             self._wake(ex)
         return ids
 
-    def _push_all(self, ex: Executor, rows: list[list[Any]]) -> list[int]:
-        """Push every row, waiting for free slots (backpressure) up to push_timeout."""
+    def _push_all(
+        self, ex: Executor, rows: list[list[Any]], numbers: list[int] | None = None
+    ) -> list[int]:
+        """Push every row, waiting for free slots (backpressure) up to push_timeout; under
+        ``numbers`` already taken for them (PostgreSQL), else under new ones."""
         if not self._sequences:
             return self._push_serial(ex, rows)
         ids: list[int | None] = [None] * len(rows)
-        pending: list[Pending] = [(i, None) for i in range(len(rows))]
+        pending: list[Pending] = [
+            (i, numbers[i] if numbers is not None else None) for i in range(len(rows))
+        ]
         deadline = time.monotonic() + self.spec.options.push_timeout.total_seconds()
         evict = not ex.in_transaction()
         pause, renewed = WAIT_FIRST, 0
