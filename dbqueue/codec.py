@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from dbqueue.dialects.base import Dialect
 
 Converter = Callable[[Any], Any]
+#: A field's check: the value normalised, and its approximate size in bytes.
+Check = Callable[[Any], tuple[Any, int]]
 
 #: ``\u0000`` in JSON text, unless its backslash is itself escaped (a literal ``\\u0000``).
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -42,105 +44,181 @@ def _fail(spec: QueueSpec, f: Field, value: object, why: str) -> InvalidPayload:
     return InvalidPayload(f"queue {spec.table!r}, field {f.name!r}: {why} (got {shown(value)})")
 
 
-def _validator(spec: QueueSpec, f: Field) -> Callable[[Any], tuple[Any, int]]:
-    """Build the check for one field: returns the normalised value and its approximate size."""
-    kind = f.kind
+def _validator(spec: QueueSpec, f: Field) -> Check:
+    """Build the check for one field: returns the normalised value and its approximate size.
+
+    The check for the field's kind is chosen here, once per codec, not on every value: a
+    batch of 1,000 pushes pays for the checks its fields need and nothing else."""
+    check = _CHECKS[f.kind](spec, f)
+    nullable = f.nullable
+
+    def checked(value: Any) -> tuple[Any, int]:
+        if value is None:
+            if nullable:
+                return None, 0
+            raise _fail(spec, f, value, "is not nullable")
+        return check(value)
+
+    return checked
+
+
+def _integer_check(spec: QueueSpec, f: Field) -> Check:
+    low, high = _INT_RANGES[f.kind]
+    if f.min_value is not None:
+        low = max(low, f.min_value)
+
+    def check(value: Any) -> tuple[Any, int]:
+        if isinstance(value, bool):
+            raise _fail(spec, f, value, "expects an integer, not a bool")
+        try:
+            number = operator.index(value)
+        except TypeError:
+            raise _fail(spec, f, value, "expects an integer") from None
+        if not low <= number <= high:
+            raise _fail(spec, f, value, f"is out of range for {f.kind} ({low}..{high})")
+        return number, 8
+
+    return check
+
+
+def _text_check(spec: QueueSpec, f: Field) -> Check:
+    max_length = f.max_length
+
+    def check(value: Any) -> tuple[Any, int]:
+        if not isinstance(value, str):
+            raise _fail(spec, f, value, "expects a str")
+        if max_length is not None and len(value) > max_length:
+            raise _fail(spec, f, value, f"is {len(value)} characters, max {max_length}")
+        if "\x00" in value:
+            raise _fail(spec, f, value, "contains a NUL character, which text cannot store")
+        return value, len(value) if value.isascii() else _utf8_size(spec, f, value)
+
+    return check
+
+
+def _boolean_check(spec: QueueSpec, f: Field) -> Check:
+    def check(value: Any) -> tuple[Any, int]:
+        if not isinstance(value, bool):
+            raise _fail(spec, f, value, "expects a bool")
+        return value, 1
+
+    return check
+
+
+def _float_check(spec: QueueSpec, f: Field) -> Check:
+    def check(value: Any) -> tuple[Any, int]:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _fail(spec, f, value, "expects a float")
+        try:
+            real = float(value)
+        except OverflowError:
+            raise _fail(spec, f, value, "is out of range for a float") from None
+        if math.isnan(real):
+            # SQLite turns NaN into NULL: refused everywhere rather than lost somewhere.
+            raise _fail(spec, f, value, "is NaN, which not every database can store")
+        return real, 8
+
+    return check
+
+
+def _decimal_check(spec: QueueSpec, f: Field) -> Check:
+    def check(value: Any) -> tuple[Any, int]:
+        return _check_decimal(spec, f, value), 16
+
+    return check
+
+
+def _datetime_check(spec: QueueSpec, f: Field) -> Check:
     aware = spec.options.aware_datetimes
+
+    def check(value: Any) -> tuple[Any, int]:
+        if not isinstance(value, dt.datetime):
+            raise _fail(spec, f, value, "expects a datetime")
+        has_tz = value.utcoffset() is not None
+        if aware and not has_tz:
+            raise _fail(
+                spec,
+                f,
+                value,
+                "is a naive datetime; time zone support is on, "
+                "pass an aware datetime (e.g. datetime.now(UTC); Django: timezone.now())",
+            )
+        if not aware and has_tz:
+            raise _fail(spec, f, value, "is an aware datetime but time zone support is off")
+        if has_tz:
+            try:
+                value.astimezone(dt.UTC)
+            except OverflowError:
+                raise _fail(spec, f, value, "is out of range once converted to UTC") from None
+        return value, 8
+
+    return check
+
+
+def _date_check(spec: QueueSpec, f: Field) -> Check:
+    def check(value: Any) -> tuple[Any, int]:
+        if not isinstance(value, dt.date) or isinstance(value, dt.datetime):
+            raise _fail(spec, f, value, "expects a date")
+        return value, 4
+
+    return check
+
+
+def _json_check(spec: QueueSpec, f: Field) -> Check:
     limit = spec.options.max_payload_bytes
 
     def check(value: Any) -> tuple[Any, int]:
-        if value is None:
-            if f.nullable:
-                return None, 0
-            raise _fail(spec, f, value, "is not nullable")
-        if kind in _INT_RANGES:
-            if isinstance(value, bool):
-                raise _fail(spec, f, value, "expects an integer, not a bool")
-            try:
-                number = operator.index(value)
-            except TypeError:
-                raise _fail(spec, f, value, "expects an integer") from None
-            low, high = _INT_RANGES[kind]
-            if f.min_value is not None:
-                low = max(low, f.min_value)
-            if not low <= number <= high:
-                raise _fail(spec, f, value, f"is out of range for {kind} ({low}..{high})")
-            return number, 8
-        if kind is FieldKind.TEXT:
-            if not isinstance(value, str):
-                raise _fail(spec, f, value, "expects a str")
-            if f.max_length is not None and len(value) > f.max_length:
-                raise _fail(spec, f, value, f"is {len(value)} characters, max {f.max_length}")
-            if "\x00" in value:
-                raise _fail(spec, f, value, "contains a NUL character, which text cannot store")
-            return value, _utf8_size(spec, f, value)
-        if kind is FieldKind.BOOLEAN:
-            if not isinstance(value, bool):
-                raise _fail(spec, f, value, "expects a bool")
-            return value, 1
-        if kind is FieldKind.FLOAT:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise _fail(spec, f, value, "expects a float")
-            try:
-                real = float(value)
-            except OverflowError:
-                raise _fail(spec, f, value, "is out of range for a float") from None
-            if math.isnan(real):
-                # SQLite turns NaN into NULL: refused everywhere rather than lost somewhere.
-                raise _fail(spec, f, value, "is NaN, which not every database can store")
-            return real, 8
-        if kind is FieldKind.DECIMAL:
-            return _check_decimal(spec, f, value), 16
-        if kind is FieldKind.DATETIME:
-            if not isinstance(value, dt.datetime):
-                raise _fail(spec, f, value, "expects a datetime")
-            has_tz = value.utcoffset() is not None
-            if aware and not has_tz:
-                raise _fail(
-                    spec,
-                    f,
-                    value,
-                    "is a naive datetime; time zone support is on, "
-                    "pass an aware datetime (e.g. datetime.now(UTC); Django: timezone.now())",
-                )
-            if not aware and has_tz:
-                raise _fail(spec, f, value, "is an aware datetime but time zone support is off")
-            if has_tz:
-                try:
-                    value.astimezone(dt.UTC)
-                except OverflowError:
-                    raise _fail(spec, f, value, "is out of range once converted to UTC") from None
-            return value, 8
-        if kind is FieldKind.DATE:
-            if not isinstance(value, dt.date) or isinstance(value, dt.datetime):
-                raise _fail(spec, f, value, "expects a date")
-            return value, 4
-        if kind is FieldKind.JSON:
-            if json_size_at_least(value, limit) > limit:
-                raise _too_large(spec, limit, f"more than {limit} bytes in field {f.name!r}")
-            try:
-                text = json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
-            except (TypeError, ValueError) as exc:
-                raise _fail(spec, f, value, f"is not JSON-encodable: {exc}") from None
-            if _JSON_NUL.search(text):
-                raise _fail(spec, f, value, "contains a NUL character, which JSON columns reject")
-            return text, _utf8_size(spec, f, text)
-        if kind is FieldKind.BYTES:
-            if not isinstance(value, bytes | bytearray | memoryview):
-                raise _fail(spec, f, value, "expects bytes")
-            return bytes(value), len(value)
-        if kind is FieldKind.UUID:
-            if isinstance(value, uuid.UUID):
-                return value, 16
-            if not isinstance(value, str):
-                raise _fail(spec, f, value, "expects a UUID")
-            try:
-                return uuid.UUID(value), 16
-            except ValueError:
-                raise _fail(spec, f, value, "expects a UUID") from None
-        raise AssertionError(kind)  # pragma: no cover - FieldKind is closed
+        if json_size_at_least(value, limit) > limit:
+            raise _too_large(spec, limit, f"more than {limit} bytes in field {f.name!r}")
+        try:
+            text = json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise _fail(spec, f, value, f"is not JSON-encodable: {exc}") from None
+        if _JSON_NUL.search(text):
+            raise _fail(spec, f, value, "contains a NUL character, which JSON columns reject")
+        return text, _utf8_size(spec, f, text)
 
     return check
+
+
+def _bytes_check(spec: QueueSpec, f: Field) -> Check:
+    def check(value: Any) -> tuple[Any, int]:
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise _fail(spec, f, value, "expects bytes")
+        return bytes(value), len(value)
+
+    return check
+
+
+def _uuid_check(spec: QueueSpec, f: Field) -> Check:
+    def check(value: Any) -> tuple[Any, int]:
+        if isinstance(value, uuid.UUID):
+            return value, 16
+        if not isinstance(value, str):
+            raise _fail(spec, f, value, "expects a UUID")
+        try:
+            return uuid.UUID(value), 16
+        except ValueError:
+            raise _fail(spec, f, value, "expects a UUID") from None
+
+    return check
+
+
+#: The check of each kind of field (a check builder takes the spec and the field).
+_CHECKS: dict[FieldKind, Callable[[QueueSpec, Field], Check]] = {
+    FieldKind.SMALLINT: _integer_check,
+    FieldKind.INTEGER: _integer_check,
+    FieldKind.BIGINT: _integer_check,
+    FieldKind.TEXT: _text_check,
+    FieldKind.BOOLEAN: _boolean_check,
+    FieldKind.FLOAT: _float_check,
+    FieldKind.DECIMAL: _decimal_check,
+    FieldKind.DATETIME: _datetime_check,
+    FieldKind.DATE: _date_check,
+    FieldKind.JSON: _json_check,
+    FieldKind.BYTES: _bytes_check,
+    FieldKind.UUID: _uuid_check,
+}
 
 
 def _too_large(spec: QueueSpec, limit: int, size: str) -> PayloadTooLarge:
@@ -242,11 +320,12 @@ class Codec:
     def __init__(self, spec: QueueSpec, dialect: Dialect) -> None:
         self.spec = spec
         self.names = spec.field_names
-        self._fields = spec.fields
         self._required = frozenset(f.name for f in spec.fields if not f.has_default)
         self._known = frozenset(self.names)
-        self._checks = [_validator(spec, f) for f in spec.fields]
-        self._encoders: list[Converter | None] = [dialect.encoder(f.kind) for f in spec.fields]
+        #: Each field with its check and its encoder, in field order: what encode walks.
+        self._plan: list[tuple[Field, Check, Converter | None]] = [
+            (f, _validator(spec, f), dialect.encoder(f.kind)) for f in spec.fields
+        ]
         self._decoders = [
             (i, conv)
             for i, f in enumerate(spec.fields)
@@ -256,17 +335,23 @@ class Codec:
 
     def encode_many(self, rows: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
         """:meth:`encode` each of ``rows`` (an iterable of payloads), or raise InvalidPayload."""
-        return [self.encode(row) for row in payload_rows(rows)]
+        encode = self._encode
+        return [encode(row) for row in payload_rows(rows)]  # payload_rows checked each row
 
     def encode(self, payload: Mapping[str, Any]) -> list[Any]:
         """Return the bound values of ``payload`` in field order, or raise InvalidPayload."""
         check_payload(payload)
-        if payload.keys() - self._known or self._required - payload.keys():
+        return self._encode(payload)
+
+    def _encode(self, payload: Mapping[str, Any]) -> list[Any]:
+        keys = payload.keys()
+        if keys - self._known or self._required - keys:
             self._raise_names(payload)
         values: list[Any] = []
         size = 0
-        for f, check, enc in zip(self._fields, self._checks, self._encoders, strict=True):
-            value = payload.get(f.name, _MISSING)
+        get = payload.get
+        for f, check, enc in self._plan:
+            value = get(f.name, _MISSING)
             if value is _MISSING:
                 value = f.default_value()
             value, n = check(value)
@@ -291,7 +376,10 @@ class Codec:
 
     def decode(self, row: Sequence[Any], offset: int = 0) -> dict[str, Any]:
         """Turn the payload columns of a row (starting at ``offset``) into a dict."""
-        values = list(row[offset : offset + len(self.names)])
+        values = row[offset : offset + len(self.names)]
+        if not self._decoders:  # text, numbers, JSON on PostgreSQL: the driver's values
+            return dict(zip(self.names, values, strict=True))
+        values = list(values)
         for i, conv in self._decoders:
             if values[i] is not None:
                 values[i] = conv(values[i])
