@@ -27,7 +27,7 @@ from dbqueue.errors import NotLeased
 from dbqueue.executor import Executor, Row, columns_from
 from dbqueue.layout import Token
 from dbqueue.message import Message
-from dbqueue.ring.base import RingBase
+from dbqueue.ring.base import PAYLOAD_AT, TAKEN_AT, RingBase
 from dbqueue.ring.claims import Claim, Verdict, judge, now
 from dbqueue.ring.states import NumberRow, PopRow, SideRow
 
@@ -120,9 +120,9 @@ class RingPop(RingBase):
         again = 0
         mismatch = False
         for r in rows:
-            row = PopRow._make(r[: len(PopRow._fields)])
-            if row.taken:
+            if r[TAKEN_AT]:  # the common case, read before the row is made a PopRow
                 continue
+            row = PopRow._make(r[:PAYLOAD_AT])
             claim = claims.get(row.number) or Claim(row.number, clock)
             if not looked:  # the hot statement did not look at the slot: the next one does
                 keep.append(claim)
