@@ -3,9 +3,10 @@
 A file is a sequence of blocks, each introduced by a line ``-- name --``. A block whose name
 starts with an underscore is a fragment, not a statement: other blocks of the file include it
 as ``{_name}``, so SQL shared by several statements is written once per dialect. A block is one
-statement, or (where a dialect lacks data-modifying CTEs) a few statements separated by ``;`` at
-the end of a line, which the core runs in one transaction. Comment lines are dropped so the text
-sent to the server, and so the prepared-statement cache key, stays compact.
+statement, or (where a dialect lacks data-modifying CTEs, and for compaction) a few statements
+separated by ``;`` at the end of a line (not inside a ``$$`` body), which the core runs in one
+transaction. Comment lines are dropped so the text sent to the server, and so the
+prepared-statement cache key, stays compact.
 
 Braced placeholders are filled by :func:`render` with identifiers taken from a validated
 :class:`~dbqueue.spec.QueueSpec` and quoted by the dialect; values are always bound parameters.
@@ -65,8 +66,21 @@ def _blocks(dialect: str, layout: str) -> dict[str, tuple[str, ...]]:
 
 
 def _split(body: str) -> tuple[str, ...]:
-    parts = [p.strip() for p in re.split(r";\s*$", body, flags=re.MULTILINE)]
-    return tuple(p for p in parts if p)
+    """The statements of a block: split at ``;`` ending a line, except inside a
+    dollar-quoted ``$$`` body (a ``DO`` block's own statements)."""
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = False
+    for line in body.splitlines():
+        quoted ^= line.count("$$") % 2 == 1
+        if not quoted and re.search(r";\s*$", line):
+            current.append(re.sub(r";\s*$", "", line))
+            parts.append("\n".join(current))
+            current = []
+        else:
+            current.append(line)
+    parts.append("\n".join(current))
+    return tuple(p.strip() for p in parts if p.strip())
 
 
 def payload_arrays(dialect: Dialect, fields: Sequence[Field]) -> list[str]:
@@ -111,6 +125,7 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     values they share with the Python side (``{slot_ready}``: dbqueue.ring.states)."""
     # Here, not at the top: the ring package imports this module (through dbqueue.layout).
     from dbqueue.ring.states import sql_constants
+    from dbqueue.schema import RING_SLOT_PADDING
 
     q = dialect.quote
     fields = spec.fields
@@ -121,8 +136,9 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         if dialect.supports_array_params
         else ""
     )
+    constants = sql_constants()
     return {
-        **sql_constants(),
+        **constants,
         "ring": q(spec.table),
         "failed": q(spec.failed_table),
         # Sequence names as text for nextval() (PostgreSQL) and as relations to read.
@@ -156,6 +172,12 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         "k_columns": "".join(f", k.{n}" for n in names),
         "u_payload": "".join(f", u.{n}" for n in names),
         "null_payload": ", NULL" * len(names),
+        # Compaction: the payload of a slot that holds a message, NULL in an empty one.
+        "k_payload_if_held": "".join(
+            f", CASE WHEN k.state = {constants['slot_empty']} THEN NULL ELSE k.{n} END"
+            for n in names
+        ),
+        "slot_padding": str(RING_SLOT_PADDING),
         "t_payload": "".join(f", {dialect.payload_select('t', f)}" for f in fields),
         # RETURNING on SQLite cannot see a table alias: the table's own name.
         "ring_payload": "".join(f", {dialect.payload_select(q(spec.table), f)}" for f in fields),
