@@ -9,6 +9,7 @@ The core imports no framework. Declare a :class:`QueueSpec`, pick a dialect, and
 """
 
 from dbqueue.backoff import Backoff
+from dbqueue.compaction import CompactResult
 from dbqueue.dialects import Dialect, get_dialect
 from dbqueue.errors import (
     DBQueueError,
@@ -36,6 +37,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "Backoff",
+    "CompactResult",
     "DBQueueError",
     "DeliveryMode",
     "Dialect",

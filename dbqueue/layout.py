@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from dbqueue import compaction
 from dbqueue.codec import Codec
 from dbqueue.dialects.base import Dialect
 from dbqueue.error_text import storable_error
@@ -194,6 +195,7 @@ class Layout:
             else None
         )
         self._last_notify = -float("inf")
+        self._growth = compaction.Growth()
 
     # -- running statements -------------------------------------------------------------------
 
@@ -556,6 +558,25 @@ class Layout:
         (An idle worker sleeps until then, not until its safety poll.)"""
         (row,) = self._run(ex, "next_due", {})
         return self.dialect.time_result(row[0])
+
+    # -- compaction (see dbqueue.compaction) ---------------------------------------------------
+
+    def compact(
+        self, ex: Executor, *, lock_timeout: dt.timedelta = compaction.LOCK_TIMEOUT
+    ) -> compaction.CompactResult:
+        """Rewrite the queue's tables to their live rows, giving back the dead versions a long
+        transaction kept vacuum from removing; in a transaction of its own, waiting at most
+        ``lock_timeout`` for its lock (a skip is in the result, not raised)."""
+        return compaction.compact(self, ex, lock_timeout=lock_timeout)
+
+    def compact_if_grown(self, ex: Executor) -> compaction.CompactResult | None:
+        """:meth:`compact` if the tables grew enough since this process last compacted them
+        (the worker's maintenance calls it every second or so); None if it was not due."""
+        return compaction.compact_if_grown(self, ex, self._growth)
+
+    def compactable_rows(self, ex: Executor, limit: int) -> int:
+        """How many rows a compaction would copy, counted no further than ``limit``."""
+        return int(self._run(ex, "live", {"n": limit})[0][0])
 
     def extend(
         self, ex: Executor, items: TokenLike, *, lease: dt.timedelta | None = None

@@ -42,6 +42,15 @@ def is_outage(exc: BaseException) -> bool:
     return False
 
 
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of the driver error ``exc`` is or wraps (PostgreSQL drivers), else None."""
+    for error in _chain(exc):
+        state = getattr(error, "sqlstate", None)
+        if isinstance(state, str):
+            return state
+    return None
+
+
 def _chain(exc: BaseException) -> list[BaseException]:
     """``exc`` and the driver errors it wraps (``orig``, ``__cause__``), outermost first."""
     seen: list[BaseException] = []

@@ -41,6 +41,10 @@ class Dialect(ABC):
     #: Other connections write while a transaction is open (row locks, not one write lock for
     #: the database): a push inside a transaction may wait for poppers to free a slot.
     concurrent_writers: ClassVar[bool] = False
+    #: An update or a delete leaves the old row version in the table until vacuum removes it,
+    #: which a long transaction forbids (multiversion storage): a queue's tables need
+    #: compaction then (dbqueue.compaction).
+    keeps_dead_versions: ClassVar[bool] = False
 
     def quote(self, identifier: str) -> str:
         """Quote an identifier that a :class:`~dbqueue.spec.QueueSpec` has already validated."""

@@ -53,6 +53,7 @@ class PostgreSQL(Dialect):
     orders_returning = True
     supports_sequences = True
     concurrent_writers = True
+    keeps_dead_versions = True
 
     def param(self, name: str) -> str:
         return f"%({name})s"

@@ -26,6 +26,10 @@ class RingQueue(RingPush, RingPop, RingSweeper):
             f"ring queue {self.spec.table!r} delivers in push order; it has no priorities"
         )
 
+    def compactable_rows(self, ex: Executor, limit: int) -> int:
+        """A compaction copies the ring's slots, ``capacity`` rows whatever they hold."""
+        return self.capacity
+
     def _stats_row(self, ex: Executor) -> StatsRow:
         (row,) = self._rows(ex, "stats", self._clock(), StatsRow)
         return row

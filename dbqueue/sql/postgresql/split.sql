@@ -321,3 +321,29 @@ SELECT id FROM m;
 -- QueueOptions.notify_interval): NOTIFY serialises committing transactions on a database-wide
 -- lock, which must not happen for every message under load.
 SELECT pg_notify(%(channel)s, '');
+
+-- split_size --
+-- The bytes of the meta and data tables with their indexes and TOAST: what compaction watches.
+SELECT pg_total_relation_size('{meta}'::regclass) + pg_total_relation_size('{data}'::regclass);
+
+-- split_live --
+-- How many rows compaction would copy, counted no further than %(n)s.
+SELECT count(*) FROM (SELECT 1 FROM {meta} LIMIT %(n)s) AS m;
+
+-- split_compact --
+-- Compaction (see dbqueue.compaction and ring_compact): both tables rewritten to their live
+-- rows in one transaction, ids and states kept (data's identity sequence is not reset).
+SELECT set_config('lock_timeout', %(lock_timeout)s, true);
+LOCK TABLE {meta}, {data} IN ACCESS EXCLUSIVE MODE;
+DO $$
+DECLARE
+    metas {meta}[];
+    datas {data}[];
+BEGIN
+    metas := ARRAY(SELECT m FROM {meta} AS m);
+    datas := ARRAY(SELECT d FROM {data} AS d);
+    TRUNCATE {meta}, {data};
+    INSERT INTO {data} SELECT * FROM unnest(datas);
+    INSERT INTO {meta} SELECT * FROM unnest(metas);
+END
+$$;

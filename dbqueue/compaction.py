@@ -1,0 +1,175 @@
+"""Compaction: a queue's tables given back the row versions a long transaction pins.
+
+A transaction left open anywhere in a PostgreSQL database (a report in REPEATABLE READ, a
+session idle in transaction, a replica's ``hot_standby_feedback``, a logical slot) holds the
+xmin horizon: no version that died after its snapshot may be removed, by vacuum or by page
+pruning. A queue kills versions at every message (a ring updates its slot three times, a
+split queue inserts, updates and deletes), so under a held horizon its tables fill with dead
+versions that every statement walks through: the queue slows down and grows without bound,
+and after the transaction ends VACUUM frees the space but gives none of it back.
+
+TRUNCATE does not care about the horizon: it gives the table's file back and starts a new one.
+A queue holds few live rows (a ring its ``capacity`` slots, a split queue its backlog), so
+compaction copies them out, truncates and copies them back, in one transaction, under an
+ACCESS EXCLUSIVE lock: for a ring of 2,000 slots a few milliseconds during which the queue's
+statements wait, with every row kept as it was (numbers, states, leases, payloads). Nothing
+else changes: no statement of the hot paths, no delivery guarantee.
+
+:func:`compact_if_grown` is what a worker calls every second or so: it compacts when the
+tables have grown by a share of their compacted size (a ring that nobody pins does not grow
+at all; see ``RING_FILLFACTOR``), so compaction happens only while versions pile up, and once
+more after the transaction ends, bringing the tables back to their compacted size.
+
+What it cannot do:
+
+- Compaction waits for its lock at most ``LOCK_TIMEOUT``: a transaction that holds a lock on
+  the queue's tables (one that pushed into the queue and stays open, or a long transaction
+  that read the queue itself) makes it skip, and it tries again at the next check. Waiting
+  longer would stop every producer behind the lock.
+- TRUNCATE is not MVCC-safe: a REPEATABLE READ or SERIALIZABLE transaction whose snapshot is
+  older than a compaction, and that first reads the queue after it, sees the tables empty
+  (PostgreSQL documents this of TRUNCATE). Queues run in READ COMMITTED, where each statement
+  that waited for the lock takes its snapshot after it; a repeatable-read reader takes the
+  queue's lock before its snapshot (``LOCK TABLE ... IN ACCESS SHARE MODE`` first, as
+  dbqueue's Spark reader does).
+- A split queue with more than ``MAX_ROWS`` rows (a backlog, or done items kept by
+  ``keep_done``) is not compacted: the copy would hold the lock too long.
+- SQLite rewrites pages in place and keeps no old versions: nothing to compact there.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dbqueue.errors import QueueUnavailable, TransactionStateError
+from dbqueue.executor import Executor
+from dbqueue.outage import sqlstate
+
+if TYPE_CHECKING:
+    from dbqueue.layout import Layout
+
+#: How long compaction waits for its lock. While it waits, every statement on the queue waits
+#: behind it, so this is also the longest stall a compaction that does not get its lock causes.
+LOCK_TIMEOUT = dt.timedelta(milliseconds=20)
+#: A split queue with more rows than this is not compacted (the copy would hold the lock long).
+MAX_ROWS = 20_000
+#: Compact once the tables have grown by this share of their compacted size, and by at least
+#: ``MIN_GROWTH`` bytes (a small ring would otherwise be compacted several times a second).
+GROWTH = 0.15
+MIN_GROWTH = 256 * 1024
+
+#: SQLSTATEs of a compaction that could not run: its lock was not granted in time; the
+#: database role may not TRUNCATE the queue's tables.
+_LOCKED, _NOT_ALLOWED = "55P03", "42501"
+
+
+@dataclass(frozen=True, slots=True)
+class CompactResult:
+    """What :func:`compact` did: whether it rewrote the tables, their bytes before and after
+    (tables, indexes and TOAST), how long its transaction took (waiting for the lock, then
+    holding it), and why it did not run, if it did not."""
+
+    compacted: bool
+    size_before: int
+    size_after: int
+    seconds: float = 0.0
+    skipped: str | None = None
+
+
+def compact(
+    layout: Layout, ex: Executor, *, lock_timeout: dt.timedelta = LOCK_TIMEOUT
+) -> CompactResult:
+    """Rewrite the queue's tables to their live rows (see the module docstring), in a
+    transaction of its own; a skip (lock not granted in time, too many rows, TRUNCATE not
+    allowed) is reported in the result, not raised."""
+    if not layout.dialect.keeps_dead_versions:
+        return CompactResult(False, 0, 0, skipped=f"{layout.dialect.name} keeps no dead versions")
+    if ex.in_transaction():
+        raise TransactionStateError(
+            "compact() runs in a transaction of its own: inside the caller's, its lock on the "
+            "queue's tables would stop every producer and worker until that transaction ends"
+        )
+    before = size(layout, ex)
+    rows = layout.compactable_rows(ex, MAX_ROWS + 1)
+    if rows > MAX_ROWS:
+        return CompactResult(
+            False, before, before, skipped=f"more than {MAX_ROWS} rows to copy under the lock"
+        )
+    ms = max(1, round(lock_timeout.total_seconds() * 1000))
+    start = time.monotonic()
+    try:
+        layout._run(ex, "compact", {"lock_timeout": f"{ms}ms"})
+    except QueueUnavailable as exc:
+        if sqlstate(exc) != _LOCKED:
+            raise
+        return CompactResult(
+            False, before, before, time.monotonic() - start, f"lock not granted in {ms} ms"
+        )
+    except Exception as exc:
+        if sqlstate(exc) != _NOT_ALLOWED:
+            raise
+        return CompactResult(
+            False, before, before, skipped=f"the database role may not TRUNCATE it ({exc})"
+        )
+    seconds = time.monotonic() - start
+    return CompactResult(True, before, size(layout, ex), seconds)
+
+
+def size(layout: Layout, ex: Executor) -> int:
+    """The bytes of the queue's hot tables (with their indexes and TOAST); 0 where the
+    database keeps no dead versions."""
+    if not layout.dialect.keeps_dead_versions:
+        return 0
+    return int(layout._run(ex, "size", {})[0][0])
+
+
+#: After a compaction that could not run, the next attempt waits this long, doubled at each
+#: skip up to ``RETRY_MAX`` (a transaction holding the queue's lock may stay for hours).
+RETRY_FIRST, RETRY_MAX = 1.0, 60.0
+
+
+class Growth:
+    """When to compact a queue, per process: its size after its last compaction (or when
+    first seen, or the smallest seen since), and when to try again after a skip. Thread-safe
+    enough: a race costs one check."""
+
+    def __init__(self) -> None:
+        self.baseline: int | None = None
+        self._retry_at = 0.0
+        self._pause = RETRY_FIRST
+
+    def due(self, current: int) -> bool:
+        """True if a queue of ``current`` bytes should be compacted now: at the first look,
+        unless it is small (a worker may start while a long transaction holds the horizon,
+        or after one that left the tables grown; the compaction's result is the baseline),
+        then once it has grown enough over the baseline."""
+        if time.monotonic() < self._retry_at:
+            return False
+        if self.baseline is None and current >= MIN_GROWTH:
+            return True
+        if self.baseline is None or current < self.baseline:
+            self.baseline = current
+            return False
+        return current - self.baseline >= max(self.baseline * GROWTH, MIN_GROWTH)
+
+    def record(self, result: CompactResult) -> None:
+        """Take a compaction's result into account: a new baseline, or a later retry."""
+        if result.compacted:
+            self.baseline = result.size_after
+            self._retry_at, self._pause = 0.0, RETRY_FIRST
+        else:
+            self._retry_at = time.monotonic() + self._pause
+            self._pause = min(self._pause * 2, RETRY_MAX)
+
+
+def compact_if_grown(layout: Layout, ex: Executor, growth: Growth) -> CompactResult | None:
+    """Compact if the tables have grown enough since ``growth``'s baseline (see
+    :class:`Growth`); the result, or None if no compaction was due."""
+    if not layout.dialect.keeps_dead_versions or not growth.due(size(layout, ex)):
+        return None
+    result = compact(layout, ex)
+    growth.record(result)
+    return result

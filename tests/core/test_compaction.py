@@ -1,0 +1,211 @@
+"""Compaction (dbqueue.compaction): a queue's tables given back the versions a long transaction
+pins, on PostgreSQL, with every message kept as it was; nothing to do on SQLite.
+
+A REPEATABLE READ transaction on another connection of the same database holds the xmin
+horizon while messages pass, as a report or an idle-in-transaction session would: the
+tables grow, compaction brings them back to the size they had before, and the queue goes on
+where it was (leases, payloads, numbers and ids).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+
+from dbqueue import (
+    Field,
+    FieldKind,
+    QueueOptions,
+    QueueSpec,
+    RingQueue,
+    SplitQueue,
+    TransactionStateError,
+    compaction,
+    get_dialect,
+)
+from dbqueue.drivers import executor_for
+from dbqueue.executor import Executor
+from dbqueue.schema import create_ring_statements, create_statements, drop_ring_statements
+
+FIELDS = (Field("n", FieldKind.INTEGER), Field("note", FieldKind.TEXT))
+NOTE = "x" * 100
+CAPACITY = 256
+LAYOUTS = ["ring", "split"]
+
+
+@dataclass
+class Bed:
+    """One queue on the worker's PostgreSQL database, and a way to pin its xmin horizon."""
+
+    queue: RingQueue | SplitQueue
+    ex: Executor
+    dsn: str
+
+    def size(self) -> int:
+        return compaction.size(self.queue, self.ex)
+
+    def pass_messages(self, n: int, batch: int = 100) -> None:
+        """Push, pop and ack ``n`` messages, in batches (each batch leaves dead versions)."""
+        q, ex = self.queue, self.ex
+        for start in range(0, n, batch):
+            q.push_many(ex, [{"n": start + i, "note": NOTE} for i in range(batch)])
+            q.ack(ex, q.pop_batch(ex, batch))
+
+    def hold_horizon(self) -> psycopg.Connection[Any]:
+        """A REPEATABLE READ transaction that has taken its snapshot, on an unrelated table."""
+        conn = psycopg.connect(self.dsn, autocommit=True)
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        conn.execute("SELECT count(*) FROM pg_class")
+        return conn
+
+
+@pytest.fixture(params=LAYOUTS)
+def bed(request: pytest.FixtureRequest, pg_dsn: str, table_name: str) -> Iterator[Bed]:
+    dialect = get_dialect("postgresql")
+    conn = psycopg.connect(pg_dsn, autocommit=True)
+    ex = executor_for(dialect, conn)
+    queue: RingQueue | SplitQueue
+    if request.param == "ring":
+        spec = QueueSpec(table_name, FIELDS, QueueOptions(capacity=CAPACITY))
+        statements, queue = create_ring_statements(spec, dialect), RingQueue(spec, dialect)
+    else:
+        spec = QueueSpec(table_name, FIELDS)
+        statements, queue = create_statements(spec, dialect), SplitQueue(spec, dialect)
+    for statement in statements:
+        ex.execute(statement, {})
+    yield Bed(queue, ex, pg_dsn)
+    if request.param == "ring":
+        for statement in drop_ring_statements(spec, dialect):
+            conn.execute(statement)
+    else:
+        conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
+    conn.close()
+
+
+@pytest.mark.postgresql
+def test_compaction_gives_back_what_a_held_snapshot_kept(bed: Bed) -> None:
+    q, ex = bed.queue, bed.ex
+    bed.pass_messages(CAPACITY * 2)  # the ring's slots have held messages: its working size
+    start = bed.size()
+    holder = bed.hold_horizon()
+    try:
+        bed.pass_messages(5_000)
+        grown = bed.size()
+        assert grown > 3 * start  # the versions a snapshot may still see: nothing prunes them
+        result = q.compact(ex)
+    finally:
+        holder.close()
+    assert result.compacted and result.skipped is None
+    assert (result.size_before, result.size_after) == (grown, bed.size())
+    assert bed.size() <= 1.2 * start
+
+
+@pytest.mark.postgresql
+def test_compaction_keeps_every_message_as_it_was(bed: Bed) -> None:
+    q, ex = bed.queue, bed.ex
+    bed.pass_messages(CAPACITY + 50)  # the ring has gone round: numbers past its capacity
+    pushed = q.push_many(ex, [{"n": i, "note": f"m{i}"} for i in range(10)])
+    leased = q.pop_batch(ex, 4)
+    holder = bed.hold_horizon()
+    try:
+        assert q.compact(ex).compacted
+    finally:
+        holder.close()
+    # A lease taken before compaction is still fenced by its token: its ack finds it.
+    assert q.ack(ex, leased) == [m.id for m in leased]
+    rest = q.pop_batch(ex, 10)
+    assert [(m.id, m.payload) for m in rest] == [
+        (i, {"n": n, "note": f"m{n}"}) for n, i in enumerate(pushed) if n >= 4
+    ]
+    # Numbers and ids go on from where they were (the ring's counters, the data's identity).
+    (after,) = [q.push(ex, {"n": 99, "note": "after"})]
+    assert after > max(pushed)
+    (m,) = q.pop_batch(ex, 5)
+    assert (m.id, m.payload) == (after, {"n": 99, "note": "after"})
+    assert q.ack(ex, [m, *rest]) == sorted([after, *(x.id for x in rest)])
+    assert q.stats(ex).ready == 0
+
+
+@pytest.mark.postgresql
+def test_a_transaction_holding_the_queue_makes_compaction_skip(bed: Bed) -> None:
+    q, ex = bed.queue, bed.ex
+    other = executor_for(q.dialect, psycopg.connect(bed.dsn, autocommit=True))
+    with other.atomic():
+        q.push(other, {"n": 1, "note": "in a transaction left open"})
+        result = q.compact(ex, lock_timeout=compaction.LOCK_TIMEOUT)
+        assert not result.compacted
+        assert result.skipped == "lock not granted in 20 ms"
+        assert result.size_before == result.size_after == bed.size()
+    # Nothing was left behind: the queue and the connection work, the push is there.
+    (m,) = q.pop_batch(ex, 5)
+    assert m.payload == {"n": 1, "note": "in a transaction left open"}
+    assert q.compact(ex).compacted
+
+
+@pytest.mark.postgresql
+def test_compaction_refuses_to_run_in_the_callers_transaction(bed: Bed) -> None:
+    with bed.ex.atomic(), pytest.raises(TransactionStateError, match="transaction of its own"):
+        bed.queue.compact(bed.ex)
+
+
+@pytest.mark.postgresql
+def test_compact_if_grown_waits_for_growth(bed: Bed) -> None:
+    q, ex = bed.queue, bed.ex
+    bed.pass_messages(CAPACITY * 2)
+    first = q.compact_if_grown(ex)  # the first look compacts, unless the tables are small
+    assert first is None or first.compacted
+    assert q.compact_if_grown(ex) is None
+    holder = bed.hold_horizon()
+    try:
+        bed.pass_messages(5_000)
+        result = q.compact_if_grown(ex)
+    finally:
+        holder.close()
+    assert result is not None and result.compacted
+    assert q.compact_if_grown(ex) is None  # back to its baseline
+
+
+@pytest.mark.postgresql
+def test_a_split_queue_with_a_large_backlog_is_not_compacted(
+    pg_dsn: str, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dialect = get_dialect("postgresql")
+    spec = QueueSpec(table_name, FIELDS)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        ex = executor_for(dialect, conn)
+        for statement in create_statements(spec, dialect):
+            ex.execute(statement, {})
+        q = SplitQueue(spec, dialect)
+        q.push_many(ex, [{"n": i, "note": NOTE} for i in range(30)])
+        monkeypatch.setattr(compaction, "MAX_ROWS", 20)
+        result = q.compact(ex)
+        assert not result.compacted
+        assert result.skipped == "more than 20 rows to copy under the lock"
+        assert q.stats(ex).ready == 30
+        conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_sqlite_has_nothing_to_compact(sqlite_conn: sqlite3.Connection, layout: str) -> None:
+    dialect = get_dialect("sqlite")
+    ex = executor_for(dialect, sqlite_conn)
+    queue: RingQueue | SplitQueue
+    if layout == "ring":
+        spec = QueueSpec("jobs", FIELDS, QueueOptions(capacity=8))
+        statements, queue = create_ring_statements(spec, dialect), RingQueue(spec, dialect)
+    else:
+        spec = QueueSpec("jobs", FIELDS)
+        statements, queue = create_statements(spec, dialect), SplitQueue(spec, dialect)
+    for statement in statements:
+        ex.execute(statement, {})
+    queue.push(ex, {"n": 1, "note": "kept"})
+    result = queue.compact(ex)
+    assert (result.compacted, result.skipped) == (False, "sqlite keeps no dead versions")
+    assert queue.compact_if_grown(ex) is None
+    assert [m.payload for m in queue.pop_batch(ex, 5)] == [{"n": 1, "note": "kept"}]
