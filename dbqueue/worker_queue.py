@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from dbqueue.compaction import CompactResult
 from dbqueue.executor import Executor
 from dbqueue.message import Message, RescueResult, State
 from dbqueue.ring import RingQueue
@@ -94,6 +95,9 @@ class ExecutorQueue:
 
     def next_due(self) -> dt.datetime | None:
         return self.queue.next_due(self._ex())
+
+    def compact(self) -> CompactResult | None:
+        return self.queue.compact_if_grown(self._ex())
 
     def release(self, items: Sequence[Any]) -> list[int]:
         return self.queue.release(self._ex(), items)

@@ -16,7 +16,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from dbqueue import Backoff, Field, FieldKind, QueueOptions, QueueSpec, SplitQueue, get_dialect
+from dbqueue import (
+    Backoff,
+    Field,
+    FieldKind,
+    QueueOptions,
+    QueueSpec,
+    SplitQueue,
+    compaction,
+    get_dialect,
+)
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.drivers.sqlite import SqliteExecutor, connect
 from dbqueue.errors import InvalidArgument, QueueTableMissing
@@ -502,3 +511,31 @@ def test_a_worker_needs_a_consumer() -> None:
 def test_a_bad_batch_size_is_refused(db: Setup, size: Any) -> None:
     with pytest.raises(InvalidArgument, match="batch_size"):
         Consumer(db.binding(), lambda m: None, batch_size=size)
+
+
+@pytest.mark.postgresql
+def test_the_maintenance_thread_compacts_a_queue_a_long_transaction_grew(
+    request: pytest.FixtureRequest, table_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    setup = make_setup(request, "pg", table_name, QueueOptions())
+    q, ex = setup.queue, setup.ex
+    with psycopg.connect(request.getfixturevalue("pg_dsn"), autocommit=True) as holder:
+        # A REPEATABLE READ snapshot on another table: nothing the queue kills may be removed.
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM pg_class")
+        for _ in range(40):
+            setup.push(100)
+            q.ack(ex, q.pop_batch(ex, 100))
+    grown = compaction.size(q, ex)
+    assert grown >= compaction.MIN_GROWTH
+    setup.push(3)
+    handled: list[int] = []
+    worker = Worker([Consumer(setup.binding(), lambda m: handled.append(m.payload["n"]))])
+    with caplog.at_level(logging.INFO, "dbqueue.worker"):
+        finish = run_in_thread(worker)
+        try:
+            wait_until(lambda: "compacted" in caplog.text and len(handled) == 3)
+        finally:
+            finish()
+    assert compaction.size(q, ex) < grown / 4
+    assert sorted(handled) == [0, 1, 2]
