@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from django.db import models, router
 
 from dbqueue.codec import payload_rows
+from dbqueue.compaction import LOCK_TIMEOUT, CompactResult
 from dbqueue.message import DeliveryMode, Message, RescueResult, State
 from dbqueue.split import SplitQueue, TokenLike, data_row
 from dbqueue.worker_queue import AnyQueue
@@ -238,6 +239,19 @@ class DjangoQueue[M: "BaseQueueModel"]:
         ends, or a lease expires; None if there is none (what an idle worker sleeps until)."""
         core, ex = self._bind()
         return core.next_due(ex)
+
+    def compact(self, *, lock_timeout: dt.timedelta = LOCK_TIMEOUT) -> CompactResult:
+        """Rewrite the queue's tables to their live rows, giving back the dead versions a long
+        transaction kept vacuum from removing (PostgreSQL; see dbqueue.compaction). Outside
+        ``atomic()``: it takes a short exclusive lock, waited for at most ``lock_timeout``."""
+        core, ex = self._bind()
+        return core.compact(ex, lock_timeout=lock_timeout)
+
+    def compact_if_grown(self) -> CompactResult | None:
+        """:meth:`compact` if the tables grew enough since this process last compacted them
+        (what ``runqueueworker`` does every second); None if it was not due."""
+        core, ex = self._bind()
+        return core.compact_if_grown(ex)
 
     def stats(self) -> dict[str, Any]:
         """Counts per state and ``oldest_ready_age`` (a timedelta, or None); for a ring also

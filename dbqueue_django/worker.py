@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db import connections
 
+from dbqueue.compaction import CompactResult
 from dbqueue.message import RescueResult, State
 from dbqueue.worker import Consumer, Worker
 from dbqueue.worker_queue import worker_channel
@@ -82,6 +83,9 @@ class DjangoWorkerQueue:
 
     def next_due(self) -> dt.datetime | None:
         return self.queue.next_due()
+
+    def compact(self) -> CompactResult | None:
+        return self.queue.compact_if_grown()
 
     def release(self, items: Sequence[Any]) -> list[int]:
         return self.queue.release(items)

@@ -27,6 +27,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.session import make_transient_to_detached
 
 from dbqueue.codec import payload_rows
+from dbqueue.compaction import LOCK_TIMEOUT, CompactResult
 from dbqueue.errors import InvalidArgument, TransactionStateError
 from dbqueue.message import DeliveryMode, Message, RescueResult, State
 from dbqueue.spec import QueueSpec
@@ -319,6 +320,25 @@ class SAQueue[M]:
         core, ex = self._bind(target)
         return core.next_due(ex)
 
+    def compact(
+        self, target: Target, *, lock_timeout: dt.timedelta = LOCK_TIMEOUT
+    ) -> CompactResult:
+        """Rewrite the queue's tables to their live rows, giving back the dead versions a long
+        transaction kept vacuum from removing (PostgreSQL; see dbqueue.compaction). It commits
+        on its own, so it refuses a session with a transaction open: it takes a short
+        exclusive lock (waited for at most ``lock_timeout``), which must not last until the
+        session commits."""
+        target = self._target(target)  # before asking it about its transaction
+        if target.in_transaction():
+            raise TransactionStateError(
+                "compact() runs in a transaction of its own, but the session has one open: its "
+                "lock on the queue's tables would stop every producer and worker until the "
+                "session commits. Commit first, or call it on a fresh session"
+            )
+        with target.begin():
+            core, ex = self._bind(target, commits=True)
+            return core.compact(ex, lock_timeout=lock_timeout)
+
     def stats(self, target: Target) -> dict[str, Any]:
         """Counts per state and ``oldest_ready_age`` (a timedelta, or None); for a ring also
         ``capacity`` and ``occupancy`` (the share of slots holding a message)."""
@@ -456,6 +476,10 @@ class SAQueue[M]:
     async def anext_due(self, target: AsyncTarget) -> dt.datetime | None:
         """:meth:`next_due` on an AsyncSession."""
         return cast(dt.datetime | None, await self._arun(target, self.next_due))
+
+    async def acompact(self, target: AsyncTarget, **kw: Any) -> CompactResult:
+        """:meth:`compact` on an AsyncConnection."""
+        return cast(CompactResult, await self._arun(target, self.compact, **kw))
 
     async def astats(self, target: AsyncTarget) -> dict[str, Any]:
         """:meth:`stats` on an AsyncSession."""

@@ -15,7 +15,12 @@ from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 
-from dbqueue.errors import InvalidArgument, InvalidPayload, QueueTableMissing
+from dbqueue.errors import (
+    InvalidArgument,
+    InvalidPayload,
+    QueueTableMissing,
+    TransactionStateError,
+)
 from dbqueue.message import State
 from dbqueue_django.queue import DjangoQueue
 from dbqueue_django.spec import payload_fields
@@ -344,3 +349,24 @@ def test_debug_true_records_statements_in_connection_queries(
         assert len(connection.queries) >= 1
         assert any('"testapp_job_meta"' in q["sql"] for q in connection.queries)
         reset_queries()
+
+
+def test_compact_keeps_every_item_as_it_was(alias: str, queue: DjangoQueue[Job]) -> None:
+    ids = queue.push_many([{"name": f"job {i}", "n": i} for i in range(5)])
+    (leased,) = queue.pop_batch(1)
+    result = queue.compact()
+    if alias == "default":  # PostgreSQL: the tables are rewritten to their live rows
+        assert result.compacted and result.size_after <= result.size_before
+    else:
+        assert (result.compacted, result.skipped) == (False, "sqlite keeps no dead versions")
+    assert queue.ack(leased) == [ids[0]]  # the lease token still holds
+    assert [(j.id, j.name) for j in queue.pop_batch(10)] == [
+        (i, f"job {n}") for n, i in enumerate(ids) if n
+    ]
+    assert queue.push(name="after") > max(ids)
+
+
+@pytest.mark.postgresql
+def test_compact_inside_atomic_is_refused() -> None:
+    with transaction.atomic(), pytest.raises(TransactionStateError, match="its own"):
+        Job.queue.compact()

@@ -208,3 +208,18 @@ def test_a_slot_table_of_another_size_is_reported(alias: str, queue: RingDjangoQ
     with pytest.raises(RingCapacityMismatch, match="declares capacity 8") as info:
         queue.check()
     assert "makemigrations" in str(info.value)
+
+
+def test_compact_keeps_every_message_in_its_slot(alias: str, queue: RingDjangoQueue[Tick]) -> None:
+    for _ in range(3):  # round the ring a few times
+        push(queue, CAPACITY)
+        queue.ack(queue.pop_batch(CAPACITY))
+    numbers = push(queue, 5)
+    (leased,) = queue.pop_batch(1)
+    result = queue.compact()
+    assert result.compacted is (alias == "default")
+    assert queue.ack(leased) == [numbers[0]]
+    assert [(t.id, t.symbol) for t in queue.pop_batch(CAPACITY)] == [
+        (n, f"S{i}") for i, n in enumerate(numbers) if i
+    ]
+    assert queue.push(**tick(9)) > max(numbers)

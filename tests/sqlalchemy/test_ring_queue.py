@@ -22,6 +22,7 @@ from dbqueue.errors import (
     QueueFull,
     QueueTableMissing,
     RingCapacityMismatch,
+    TransactionStateError,
 )
 from dbqueue.message import State
 from dbqueue.ring import RingQueue, SlotState
@@ -250,3 +251,24 @@ def test_check_reports_a_table_of_another_capacity(session: Session, engine: sa.
         conn.execute(sa.delete(Tick).where(Tick.slot >= CAPACITY // 2))
     with pytest.raises(RingCapacityMismatch, match="declares capacity 8"):
         Tick.queue.check(session)
+
+
+def test_compact_commits_on_its_own_and_keeps_every_message(
+    engine: sa.Engine, session: Session
+) -> None:
+    for _ in range(3):  # round the ring a few times
+        push(session, CAPACITY)
+        Tick.queue.ack(session, Tick.queue.pop_batch(session, CAPACITY))
+        session.commit()
+    numbers = push(session, 5)
+    (leased,) = Tick.queue.pop_batch(session, 1)
+    with pytest.raises(TransactionStateError, match="transaction of its own"):
+        Tick.queue.compact(session)  # the pop's transaction is still open
+    session.commit()
+    result = Tick.queue.compact(session)
+    assert result.compacted is (engine.dialect.name == "postgresql")
+    assert not session.in_transaction()
+    assert Tick.queue.ack(session, leased) == [numbers[0]]
+    rest = Tick.queue.pop_batch(session, CAPACITY)
+    assert [(t.id, t.symbol) for t in rest] == [(n, f"S{i}") for i, n in enumerate(numbers) if i]
+    session.commit()
