@@ -165,6 +165,8 @@ class QueueStream(DataSourceStreamReader):
         with connect(self.info) as conn:
             conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             with conn.transaction():
+                # The lock first, the snapshot after it (see spark_lock_* in spark.sql).
+                run(conn, stmts[f"spark_lock_{sources[0]}"], {})
                 found = [
                     (source, run(conn, stmts[f"spark_items_{source}"], params))
                     for source in sources

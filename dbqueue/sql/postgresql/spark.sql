@@ -148,6 +148,15 @@ WHERE f.id >= %(lo)s AND f.id < %(hi)s AND f.state = ANY(%(states)s::smallint[])
   AND (%(before)s::timestamptz IS NULL OR f.failed_at < %(before)s::timestamptz)
 ORDER BY f.id;
 
+-- spark_lock_split --
+-- A stream batch's read runs in REPEATABLE READ: the first statement takes the tables' lock,
+-- before the snapshot, so that the snapshot is younger than any compaction that ran (a
+-- compaction's TRUNCATE is not MVCC-safe: an older snapshot would see the tables empty).
+LOCK TABLE {meta}, {data} IN ACCESS SHARE MODE;
+
+-- spark_lock_ring --
+LOCK TABLE {ring}, {failed} IN ACCESS SHARE MODE;
+
 -- spark_items_split --
 -- A stream batch's items by id, whatever their state now (a replayed batch reads the same).
 SELECT {_split_columns}
