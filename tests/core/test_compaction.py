@@ -209,3 +209,23 @@ def test_sqlite_has_nothing_to_compact(sqlite_conn: sqlite3.Connection, layout: 
     assert (result.compacted, result.skipped) == (False, "sqlite keeps no dead versions")
     assert queue.compact_if_grown(ex) is None
     assert [m.payload for m in queue.pop_batch(ex, 5)] == [{"n": 1, "note": "kept"}]
+
+
+@pytest.mark.postgresql
+def test_a_long_transaction_that_read_the_queue_keeps_compaction_away(bed: Bed) -> None:
+    """A report that read the queue in REPEATABLE READ holds a lock on its tables until it
+    ends: compaction skips (it never waits longer than its lock timeout), and the report's
+    snapshot still sees what it saw, since nothing was truncated under it."""
+    q, ex = bed.queue, bed.ex
+    q.push_many(ex, [{"n": i, "note": NOTE} for i in range(3)])
+    table = q.spec.meta_table if isinstance(q, SplitQueue) else q.spec.table
+    with psycopg.connect(bed.dsn, autocommit=True) as report:
+        report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        seen = report.execute(f'SELECT count(*) FROM "{table}"').fetchone()
+        bed.pass_messages(1_000)
+        result = q.compact(ex)
+        assert (result.compacted, result.skipped) == (False, "lock not granted in 20 ms")
+        assert report.execute(f'SELECT count(*) FROM "{table}"').fetchone() == seen
+        report.execute("COMMIT")
+    assert q.compact(ex).compacted
+    assert len(q.pop_batch(ex, 10)) == 3  # as many as before (the passes took the first 3)
