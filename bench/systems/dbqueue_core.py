@@ -12,6 +12,7 @@ from bench.systems.base import IDLE_SLEEP, PAYLOAD, System, Tally
 from dbqueue import Field, FieldKind, QueueSpec, RingQueue, SplitQueue, get_dialect
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.schema import create_statements
+from dbqueue.worker import COMPACT_EVERY
 
 SPEC = QueueSpec("bench_split", (Field("payload", FieldKind.TEXT),))
 POSTGRESQL = get_dialect("postgresql")
@@ -80,9 +81,15 @@ class CoreSystem(System):
         self.queue.push(self.ex, {"payload": payload})
 
     def serve(self, batch: int, seconds: float, handle: Callable[[str], None]) -> Tally:
+        """Pop, handle and ack, and every second compact the tables if they grew, as the
+        worker's maintenance thread does (dbqueue.compaction)."""
         tally, q, ex = Tally(), self.queue, self.ex
         deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
+        next_compact = time.perf_counter()
+        while (now := time.perf_counter()) < deadline:
+            if now >= next_compact:
+                q.compact_if_grown(ex)
+                next_compact = now + COMPACT_EVERY
             items = q.pop_batch(ex, batch)
             if not items:
                 time.sleep(IDLE_SLEEP)

@@ -31,7 +31,8 @@ CAPACITY_NOTE = (
     f"messages in the queue at once, at least {MIN_CAPACITY:,}: push_single and push_batch "
     "the messages pushed, drain the backlog, cycle and pairs the batches in flight (the "
     "ack_pop loop keeps the batch it handled leased while it pushes the next), the bloat soak "
-    "its batch of 1,000, steady and longtx every message the producers push in the run"
+    "its batch of 1,000, steady every message the producers push in the run, longtx 5 s of "
+    "them (a ring sized for the whole run is never lapped)"
 )
 
 
