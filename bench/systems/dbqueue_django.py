@@ -135,7 +135,7 @@ class DBQueueDjangoWorker(DBQueueDjango):
 
     name = "dbqueue-worker"
     label = "dbqueue runqueueworker (Django)"
-    workloads = frozenset({"drain", "steady"})
+    workloads = frozenset({"drain", "steady", "longtx"})
 
     def _worker(self, batch: int, handle: Callable[[Any], None], *, burst: bool) -> Any:
         from dbqueue_django.handlers import Handler

@@ -24,7 +24,7 @@ class DjangoTasksDB(System):
     label = "Django 6 Tasks + django-tasks-db 0.13"
     # No push_batch (Django Tasks has no batch enqueue) and no cycle (no pop-and-acknowledge
     # call: the worker command is the only consumer).
-    workloads = frozenset({"push_single", "drain", "steady"})
+    workloads = frozenset({"push_single", "drain", "steady", "longtx"})
     # db_worker claims, runs and finishes one task per loop; there is no batch size to set.
     drain_batches = (1,)
     # ~90 tasks/s drained by one worker (PEERS.md): 1,500 tasks take ~17 s per repetition, so a

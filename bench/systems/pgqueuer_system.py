@@ -39,7 +39,7 @@ class PgQueuer(System):
     label = "pgqueuer 1.6 (PsycopgDriver)"
     # No cycle: pgqueuer has no pop-a-batch-and-acknowledge call; its consumer is the
     # QueueManager loop, measured by drain and steady.
-    workloads = frozenset({"push_single", "push_batch", "drain", "steady"})
+    workloads = frozenset({"push_single", "push_batch", "drain", "steady", "longtx"})
     # QueueManager.run(batch_size=...) takes any size, but the report compares our drain with
     # pgqueuer's default of 10 (what PEERS.md measured), and --quick keeps the last size only.
     drain_batches = (10,)

@@ -28,7 +28,7 @@ class Procrastinate(System):
     label = "procrastinate 3.10 (PsycopgConnector)"
     # No cycle: procrastinate has no pop-a-batch-and-acknowledge call; its consumer is the
     # worker, measured by drain and steady.
-    workloads = frozenset({"push_single", "push_batch", "drain", "steady"})
+    workloads = frozenset({"push_single", "push_batch", "drain", "steady", "longtx"})
     # The worker fetches one job per round trip (procrastinate_fetch_job_v2 ... LIMIT 1), runs
     # it, then records its end (finish_job) before fetching the next: there is no batch size.
     drain_batches = (1,)
