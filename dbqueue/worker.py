@@ -715,12 +715,20 @@ class Worker:
             for queue in queues.values():
                 quietly(queue.disconnect)
 
-    def _rescue(self, queue: WorkerQueue) -> None:
+    @staticmethod
+    def _guarded[T](queue: WorkerQueue, what: str, call: Callable[[], T]) -> T | None:
+        """``call()`` for the maintenance thread: a failure is logged and drops the thread's
+        connection (the next round reconnects); None then."""
         try:
-            result = queue.rescue()
+            return call()
         except Exception as exc:
-            log.warning("queue %s: rescue failed (%s)", queue.name, exc)
+            log.warning("queue %s: %s failed (%s)", queue.name, what, exc)
             quietly(queue.disconnect)
+            return None
+
+    def _rescue(self, queue: WorkerQueue) -> None:
+        result = self._guarded(queue, "rescue", queue.rescue)
+        if result is None:
             return
         if result.ready or result.failed:
             # Expired leases (and, on a ring, stranded messages): a worker died or overran.
@@ -740,12 +748,7 @@ class Worker:
             self.doorbell.ring()
 
     def _compact(self, queue: WorkerQueue) -> None:
-        try:
-            result = queue.compact()
-        except Exception as exc:
-            log.warning("queue %s: compaction failed (%s)", queue.name, exc)
-            quietly(queue.disconnect)
-            return
+        result = self._guarded(queue, "compaction", queue.compact)
         if result is None:
             return
         if result.compacted:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import datetime as dt
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import cached_property
 from typing import Any, ClassVar, cast
 
@@ -230,16 +231,25 @@ class SAQueue[M]:
         if DeliveryMode.parse(mode) is not DeliveryMode.AT_MOST_ONCE:
             core, ex = self._bind(target)
             return self._instances(core.pop_batch(ex, n, mode=mode, lease=lease))
-        target = self._target(target)  # before asking it about its transaction
-        if target.in_transaction():
-            raise TransactionStateError(
-                "pop_batch(mode='at_most_once') must commit on its own, but the session has "
-                "a transaction open: a rollback would bring back items already handed out. "
-                "Commit first (or call it on a fresh session), or use mode='transactional'"
-            )
-        with target.begin():
-            core, ex = self._bind(target, commits=True)
+        refusal = (
+            "pop_batch(mode='at_most_once') must commit on its own, but the session has a "
+            "transaction open: a rollback would bring back items already handed out. Commit "
+            "first (or call it on a fresh session), or use mode='transactional'"
+        )
+        with self._own_transaction(target, refusal) as (core, ex):
             return self._instances(core.pop_batch(ex, n, mode=mode, lease=lease))
+
+    @contextmanager
+    def _own_transaction(
+        self, target: Target, refusal: str
+    ) -> Iterator[tuple[AnyQueue, SAExecutor]]:
+        """A transaction of the operation's own on ``target``, committed when the block ends;
+        :class:`TransactionStateError` (``refusal``) if the session already has one open."""
+        bound = self._target(target)  # before asking it about its transaction
+        if bound.in_transaction():
+            raise TransactionStateError(refusal)
+        with bound.begin():
+            yield self._bind(bound, commits=True)
 
     def ack(self, target: Target, items: TokenLike, *, strict: bool = True) -> list[int]:
         """Remove leased items whose work is done (fenced by their lease token); a queue
@@ -328,15 +338,12 @@ class SAQueue[M]:
         on its own, so it refuses a session with a transaction open: it takes a short
         exclusive lock (waited for at most ``lock_timeout``), which must not last until the
         session commits."""
-        target = self._target(target)  # before asking it about its transaction
-        if target.in_transaction():
-            raise TransactionStateError(
-                "compact() runs in a transaction of its own, but the session has one open: its "
-                "lock on the queue's tables would stop every producer and worker until the "
-                "session commits. Commit first, or call it on a fresh session"
-            )
-        with target.begin():
-            core, ex = self._bind(target, commits=True)
+        refusal = (
+            "compact() runs in a transaction of its own, but the session has one open: its "
+            "lock on the queue's tables would stop every producer and worker until the "
+            "session commits. Commit first, or call it on a fresh session"
+        )
+        with self._own_transaction(target, refusal) as (core, ex):
             return core.compact(ex, lock_timeout=lock_timeout)
 
     def stats(self, target: Target) -> dict[str, Any]:
