@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 from dbqueue.errors import QueueUnavailable, TransactionStateError
 from dbqueue.executor import Executor
 from dbqueue.outage import sqlstate
+from dbqueue.spec import advisory_key
 
 if TYPE_CHECKING:
     from dbqueue.layout import Layout
@@ -60,6 +61,10 @@ MAX_ROWS = 20_000
 #: ``MIN_GROWTH`` bytes (a small ring would otherwise be compacted several times a second).
 GROWTH = 0.15
 MIN_GROWTH = 256 * 1024
+
+#: Why a compaction did not run when another process was compacting the same queue: not worth
+#: a warning (it is being done).
+BUSY = "another process is compacting it"
 
 #: SQLSTATEs of a compaction that could not run: its lock was not granted in time; the
 #: database role may not TRUNCATE the queue's tables.
@@ -92,6 +97,7 @@ def compact(
             "compact() runs in a transaction of its own: inside the caller's, its lock on the "
             "queue's tables would stop every producer and worker until that transaction ends"
         )
+    table = layout.spec.table
     before = size(layout, ex)
     rows = layout.compactable_rows(ex, MAX_ROWS + 1)
     if rows > MAX_ROWS:
@@ -99,9 +105,13 @@ def compact(
             False, before, before, skipped=f"more than {MAX_ROWS} rows to copy under the lock"
         )
     ms = max(1, round(lock_timeout.total_seconds() * 1000))
+    claim = {"lock_timeout": f"{ms}ms", "compact_key": advisory_key(f"dbqueue-compact:{table}")}
     start = time.monotonic()
     try:
-        layout._run(ex, "compact", {"lock_timeout": f"{ms}ms"})
+        with ex.atomic():
+            if not layout._run(ex, "compact_claim", claim)[0][1]:
+                return CompactResult(False, before, before, skipped=BUSY)
+            layout._run(ex, "compact", {})
     except QueueUnavailable as exc:
         if sqlstate(exc) != _LOCKED:
             raise

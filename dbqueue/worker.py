@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Protocol
 
-from dbqueue.compaction import CompactResult
+from dbqueue.compaction import BUSY, CompactResult
 from dbqueue.error_text import storable_error
 from dbqueue.errors import DBQueueError, InvalidArgument, WorkerGaveUp
 from dbqueue.message import RescueResult, State
@@ -750,6 +750,8 @@ class Worker:
     def _compact(self, queue: WorkerQueue) -> None:
         result = self._guarded(queue, "compaction", queue.compact)
         if result is None:
+            return
+        if result.skipped == BUSY:  # another worker is compacting it
             return
         if result.compacted:
             log.info(

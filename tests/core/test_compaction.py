@@ -31,6 +31,7 @@ from dbqueue import (
 from dbqueue.drivers import executor_for
 from dbqueue.executor import Executor
 from dbqueue.schema import create_ring_statements, create_statements, drop_ring_statements
+from dbqueue.spec import advisory_key
 
 FIELDS = (Field("n", FieldKind.INTEGER), Field("note", FieldKind.TEXT))
 NOTE = "x" * 100
@@ -229,3 +230,18 @@ def test_a_long_transaction_that_read_the_queue_keeps_compaction_away(bed: Bed) 
         report.execute("COMMIT")
     assert q.compact(ex).compacted
     assert len(q.pop_batch(ex, 10)) == 3  # as many as before (the passes took the first 3)
+
+
+@pytest.mark.postgresql
+def test_one_process_compacts_a_queue_at_a_time(bed: Bed) -> None:
+    """Two workers that see the same growth: the second leaves it to the first, at once,
+    rather than queueing behind its lock."""
+    q, ex = bed.queue, bed.ex
+    key = advisory_key(f"dbqueue-compact:{q.spec.table}")
+    with psycopg.connect(bed.dsn, autocommit=True) as other:
+        other.execute("BEGIN")
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+        result = q.compact(ex)
+        assert (result.compacted, result.skipped) == (False, compaction.BUSY)
+        other.execute("COMMIT")
+    assert q.compact(ex).compacted

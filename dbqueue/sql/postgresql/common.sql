@@ -9,3 +9,9 @@
 -- would only be synchronous.
 (SELECT CASE WHEN %(commit)s::text IS NULL THEN 'kept'
              ELSE set_config('synchronous_commit', %(commit)s::text, true) END) IS NOT NULL
+
+-- _compact_claim --
+-- Compaction's first statement (see dbqueue.compaction): the lock timeout of its transaction,
+-- and its advisory lock, tried, never awaited: one compactor per queue at a time.
+SELECT set_config('lock_timeout', %(lock_timeout)s, true) AS lock_timeout,
+       pg_try_advisory_xact_lock(%(compact_key)s) AS got

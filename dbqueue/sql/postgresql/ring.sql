@@ -721,12 +721,18 @@ SELECT pg_notify(%(channel)s, '');
 -- The bytes of the slot table with its index and TOAST: what compaction watches.
 SELECT pg_total_relation_size('{ring}'::regclass);
 
+-- ring_compact_claim --
+-- Before ring_compact, in its transaction: the lock timeout, and whether this process is the
+-- queue's one compactor now (two that saw the same growth would otherwise queue one behind
+-- the other's lock).
+{_compact_claim};
+
 -- ring_compact --
 -- Compaction (see dbqueue.compaction): the slot table rewritten to its live rows, which a long
 -- transaction elsewhere in the database makes every update leave behind (vacuum may not remove
 -- a version a snapshot could still see, so the slots' versions pile up lap after lap).
 -- TRUNCATE gives the old file back whatever any snapshot holds. Under an ACCESS EXCLUSIVE lock
--- that is waited for no longer than %(lock_timeout)s (its waiters queue behind it meanwhile):
+-- that is waited for no longer than the lock timeout (its waiters queue behind it meanwhile):
 -- no statement runs on the ring while its rows are copied out and back, so every slot keeps
 -- its number, state, lease and payload. The rows live in a plpgsql array for the copy, not a
 -- temporary table, whose catalog rows would be dead versions too. An empty slot goes back as
@@ -734,7 +740,6 @@ SELECT pg_total_relation_size('{ring}'::regclass);
 -- push time takes, 8 and 4 of alignment): each page then holds as many slots, with as much
 -- room for their updates, as when the ring was created (measured: the new ring's bytes
 -- exactly, for 2,000 slots; 1.27x with the full padding, 2.2x keeping the payloads).
-SELECT set_config('lock_timeout', %(lock_timeout)s, true);
 LOCK TABLE {ring} IN ACCESS EXCLUSIVE MODE;
 DO $$
 DECLARE

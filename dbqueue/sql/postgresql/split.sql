@@ -330,10 +330,13 @@ SELECT pg_total_relation_size('{meta}'::regclass) + pg_total_relation_size('{dat
 -- How many rows compaction would copy, counted no further than %(n)s.
 SELECT count(*) FROM (SELECT 1 FROM {meta} LIMIT %(n)s) AS m;
 
+-- split_compact_claim --
+-- See ring_compact_claim.
+{_compact_claim};
+
 -- split_compact --
 -- Compaction (see dbqueue.compaction and ring_compact): both tables rewritten to their live
 -- rows in one transaction, ids and states kept (data's identity sequence is not reset).
-SELECT set_config('lock_timeout', %(lock_timeout)s, true);
 LOCK TABLE {meta}, {data} IN ACCESS EXCLUSIVE MODE;
 DO $$
 DECLARE
