@@ -85,11 +85,16 @@ class CompactResult:
 
 
 def compact(
-    layout: Layout, ex: Executor, *, lock_timeout: dt.timedelta = LOCK_TIMEOUT
+    layout: Layout,
+    ex: Executor,
+    *,
+    lock_timeout: dt.timedelta = LOCK_TIMEOUT,
+    before: int | None = None,
 ) -> CompactResult:
     """Rewrite the queue's tables to their live rows (see the module docstring), in a
-    transaction of its own; a skip (lock not granted in time, too many rows, TRUNCATE not
-    allowed) is reported in the result, not raised."""
+    transaction of its own; a skip (lock not granted in time, another compactor, too many
+    rows, TRUNCATE not allowed) is reported in the result, not raised. ``before``: the
+    tables' size, if the caller has just measured it."""
     if not layout.dialect.keeps_dead_versions:
         return CompactResult(False, 0, 0, skipped=f"{layout.dialect.name} keeps no dead versions")
     if ex.in_transaction():
@@ -98,7 +103,8 @@ def compact(
             "queue's tables would stop every producer and worker until that transaction ends"
         )
     table = layout.spec.table
-    before = size(layout, ex)
+    if before is None:
+        before = size(layout, ex)
     rows = layout.compactable_rows(ex, MAX_ROWS + 1)
     if rows > MAX_ROWS:
         return CompactResult(
@@ -178,8 +184,11 @@ class Growth:
 def compact_if_grown(layout: Layout, ex: Executor, growth: Growth) -> CompactResult | None:
     """Compact if the tables have grown enough since ``growth``'s baseline (see
     :class:`Growth`); the result, or None if no compaction was due."""
-    if not layout.dialect.keeps_dead_versions or not growth.due(size(layout, ex)):
+    if not layout.dialect.keeps_dead_versions:
         return None
-    result = compact(layout, ex)
+    current = size(layout, ex)
+    if not growth.due(current):
+        return None
+    result = compact(layout, ex, before=current)
     growth.record(result)
     return result
