@@ -28,10 +28,13 @@ What it cannot do:
   longer would stop every producer behind the lock.
 - TRUNCATE is not MVCC-safe: a REPEATABLE READ or SERIALIZABLE transaction whose snapshot is
   older than a compaction, and that first reads the queue after it, sees the tables empty
-  (PostgreSQL documents this of TRUNCATE). Queues run in READ COMMITTED, where each statement
-  that waited for the lock takes its snapshot after it; a repeatable-read reader takes the
-  queue's lock before its snapshot (``LOCK TABLE ... IN ACCESS SHARE MODE`` first, as
-  dbqueue's Spark reader does).
+  (PostgreSQL documents this of TRUNCATE). Its pops find nothing; a push into a split queue
+  works; a ring push, or an ack of a message it did not find, raises
+  :class:`~dbqueue.errors.SnapshotTooOld` (retry the transaction, as after a serialization
+  failure). Nothing is lost: the rows are there for every newer snapshot. Queues run in READ
+  COMMITTED, where each statement that waited for the lock takes its snapshot after it; a
+  repeatable-read reader takes the queue's lock before its snapshot (``LOCK TABLE ... IN
+  ACCESS SHARE MODE`` first, as dbqueue's Spark reader does).
 - A split queue with more than ``MAX_ROWS`` rows (a backlog, or done items kept by
   ``keep_done``) is not compacted: the copy would hold the lock too long.
 - SQLite rewrites pages in place and keeps no old versions: nothing to compact there.

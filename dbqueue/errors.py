@@ -97,6 +97,23 @@ class QueueUnavailable(DBQueueError):
         )
 
 
+class SnapshotTooOld(DBQueueError):
+    """The caller's transaction took its snapshot (REPEATABLE READ or SERIALIZABLE) before the
+    queue's tables were compacted (see :mod:`dbqueue.compaction`), and compaction's TRUNCATE
+    is not MVCC-safe: that snapshot sees the tables empty. Nothing was written; roll the
+    transaction back and run it again, as after a serialization failure."""
+
+    def __init__(self, queue: str, operation: str) -> None:
+        self.queue, self.operation = queue, operation
+        super().__init__(
+            f"queue {queue!r} was compacted after this transaction took its snapshot "
+            f"(REPEATABLE READ or SERIALIZABLE): the snapshot sees its tables empty, so "
+            f"{operation} cannot run in it; nothing was written. Roll back and run the "
+            f"transaction again, as after a serialization failure (or touch the queue at its "
+            f"start: a transaction that holds the queue's lock keeps compaction away)"
+        )
+
+
 class UnsupportedDatabase(DBQueueError):
     """The database engine or its version cannot run dbqueue."""
 

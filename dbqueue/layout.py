@@ -21,6 +21,7 @@ from dbqueue.errors import (
     InvalidArgument,
     NotLeased,
     QueueTableMissing,
+    SnapshotTooOld,
     TransactionStateError,
     shown,
 )
@@ -414,7 +415,20 @@ class Layout:
             return
         rows = self._run(ex, "not_leased", self._token_params(tokens))
         bad = {int(r[0]) for r in rows} or ({t[0] for t in tokens} - {int(r[0]) for r in done})
+        self._raise_if_compacted(ex, operation)
         raise NotLeased(bad, operation)
+
+    def _raise_if_compacted(self, ex: Executor, operation: str) -> None:
+        """Raise SnapshotTooOld if the caller's transaction took its snapshot before the
+        queue's tables were compacted: what ``operation`` did not find was truncated under
+        that snapshot (see :mod:`dbqueue.compaction`), not taken by someone else. Checked only
+        where a statement found less than it should, so it costs the hot paths nothing."""
+        if (
+            self.dialect.keeps_dead_versions
+            and ex.in_transaction()
+            and self._run(ex, "compacted", {})[0][0]
+        ):
+            raise SnapshotTooOld(self.spec.table, operation)
 
     def ack(self, ex: Executor, items: TokenLike, *, strict: bool = True) -> list[int]:
         """Remove leased items after their work is done (a split queue with ``keep_done``

@@ -191,6 +191,8 @@ class RingPush(RingBase):
             hole_timeout=self.spec.options.hole_timeout,
         )
         (row,) = self._rows(ex, "push_blocked", params, BlockedRow)
+        if row.slot_seq is None:  # no slot row at all: a snapshot older than a compaction?
+            self._raise_if_compacted(ex, "push")
         self._check_number(number, row.slot_seq)
         return PushOutcome(row.outcome)
 

@@ -23,6 +23,7 @@ from dbqueue import (
     QueueOptions,
     QueueSpec,
     RingQueue,
+    SnapshotTooOld,
     SplitQueue,
     TransactionStateError,
     compaction,
@@ -245,3 +246,39 @@ def test_one_process_compacts_a_queue_at_a_time(bed: Bed) -> None:
         assert (result.compacted, result.skipped) == (False, compaction.BUSY)
         other.execute("COMMIT")
     assert q.compact(ex).compacted
+
+
+@pytest.mark.postgresql
+def test_a_snapshot_older_than_a_compaction_is_told_so(bed: Bed) -> None:
+    """TRUNCATE is not MVCC-safe: a REPEATABLE READ transaction whose snapshot predates a
+    compaction, and that touches the queue only after it, sees the tables empty. What it
+    cannot do (a ring push, an ack) raises SnapshotTooOld, not a misleading error; its pops
+    find nothing; nothing is lost, and the connection goes on once it rolls back."""
+    q, ex = bed.queue, bed.ex
+    (kept,) = [q.push(ex, {"n": 1, "note": "before"})]
+    (leased,) = q.pop_batch(ex, 1)
+    conn = psycopg.connect(bed.dsn)
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    old = executor_for(q.dialect, conn)
+
+    def stale() -> None:
+        conn.rollback()
+        conn.execute("SELECT count(*) FROM pg_class")  # the snapshot, on another table
+        assert q.compact(ex).compacted
+
+    stale()
+    assert q.pop_batch(old, 5) == []  # the snapshot sees no message
+    with pytest.raises(SnapshotTooOld, match="compacted after this transaction took"):
+        q.ack(old, [leased])
+    if isinstance(q, RingQueue):
+        stale()
+        with pytest.raises(SnapshotTooOld, match="push cannot run in it; nothing was written"):
+            q.push(old, {"n": 2, "note": "stale"})
+    conn.rollback()
+    # In a transaction of today, everything is where it was: the lease, and its ack.
+    assert q.ack(old, [leased]) == [kept]
+    conn.commit()
+    (again,) = [q.push(old, {"n": 3, "note": "after"})]
+    conn.commit()
+    assert [(m.id, m.payload) for m in q.pop_batch(ex, 5)] == [(again, {"n": 3, "note": "after"})]
+    conn.close()

@@ -64,7 +64,8 @@ def compaction(layout: str) -> set[str]:
     dead versions; ``<layout>_compact`` is a LOCK and a DO block, which no single statement can
     be (tests/core/test_compaction.py runs them)."""
     extra = {"split_live"} if layout == "split" else set()
-    return {f"{layout}_size", f"{layout}_compact_claim", f"{layout}_compact"} | extra
+    names = ("size", "compact_claim", "compact", "compacted")
+    return {f"{layout}_{name}" for name in names} | extra
 
 
 #: The parts of the compaction statement that EXPLAIN cannot plan.

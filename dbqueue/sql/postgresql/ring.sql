@@ -721,6 +721,13 @@ SELECT pg_notify(%(channel)s, '');
 -- The bytes of the slot table with its index and TOAST: what compaction watches.
 SELECT pg_total_relation_size('{ring}'::regclass);
 
+-- ring_compacted --
+-- Whether the slot table or the side table was rewritten after the transaction's snapshot was
+-- taken (see dbqueue.compaction): a snapshot reads pg_class as it was, pg_relation_filenode()
+-- reads the catalog as it is now.
+SELECT bool_or(c.relfilenode <> pg_relation_filenode(c.oid))
+FROM pg_class AS c WHERE c.oid IN ('{ring}'::regclass, '{failed}'::regclass);
+
 -- ring_compact_claim --
 -- Before ring_compact, in its transaction: the lock timeout, and whether this process is the
 -- queue's one compactor now (two that saw the same growth would otherwise queue one behind

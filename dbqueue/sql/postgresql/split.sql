@@ -330,6 +330,11 @@ SELECT pg_total_relation_size('{meta}'::regclass) + pg_total_relation_size('{dat
 -- How many rows compaction would copy, counted no further than %(n)s.
 SELECT count(*) FROM (SELECT 1 FROM {meta} LIMIT %(n)s) AS m;
 
+-- split_compacted --
+-- See ring_compacted.
+SELECT bool_or(c.relfilenode <> pg_relation_filenode(c.oid))
+FROM pg_class AS c WHERE c.oid IN ('{meta}'::regclass, '{data}'::regclass);
+
 -- split_compact_claim --
 -- See ring_compact_claim.
 {_compact_claim};
