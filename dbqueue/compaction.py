@@ -36,7 +36,9 @@ What it cannot do:
   repeatable-read reader takes the queue's lock before its snapshot (``LOCK TABLE ... IN
   ACCESS SHARE MODE`` first, as dbqueue's Spark reader does).
 - A split queue with more than ``MAX_ROWS`` rows (a backlog, or done items kept by
-  ``keep_done``) is not compacted: the copy would hold the lock too long.
+  ``keep_done``), or a ring of more slots, is not compacted: the copy would hold the lock too
+  long. A ring's side table (failed messages, and those waiting aside) is compacted with its
+  slots while both together fit in ``MAX_ROWS``; past that, the slots alone.
 - SQLite rewrites pages in place and keeps no old versions: nothing to compact there.
 """
 
@@ -58,7 +60,7 @@ if TYPE_CHECKING:
 #: How long compaction waits for its lock. While it waits, every statement on the queue waits
 #: behind it, so this is also the longest stall a compaction that does not get its lock causes.
 LOCK_TIMEOUT = dt.timedelta(milliseconds=20)
-#: A split queue with more rows than this is not compacted (the copy would hold the lock long).
+#: A queue with more rows than this is not compacted (the copy would hold the lock long).
 MAX_ROWS = 20_000
 #: Compact once the tables have grown by this share of their compacted size, and by at least
 #: ``MIN_GROWTH`` bytes (a small ring would otherwise be compacted several times a second).
@@ -108,8 +110,8 @@ def compact(
     table = layout.spec.table
     if before is None:
         before = size(layout, ex)
-    rows = layout.compactable_rows(ex, MAX_ROWS + 1)
-    if rows > MAX_ROWS:
+    steps = layout.compaction_steps(ex, MAX_ROWS)
+    if not steps:
         return CompactResult(
             False, before, before, skipped=f"more than {MAX_ROWS} rows to copy under the lock"
         )
@@ -120,7 +122,8 @@ def compact(
         with ex.atomic():
             if not layout._run(ex, "compact_claim", claim)[0][1]:
                 return CompactResult(False, before, before, skipped=BUSY)
-            layout._run(ex, "compact", {})
+            for step in steps:
+                layout._run(ex, step, {})
     except QueueUnavailable as exc:
         if sqlstate(exc) != _LOCKED:
             raise

@@ -588,9 +588,11 @@ class Layout:
         (the worker's maintenance calls it every second or so); None if it was not due."""
         return compaction.compact_if_grown(self, ex, self._growth)
 
-    def compactable_rows(self, ex: Executor, limit: int) -> int:
-        """How many rows a compaction would copy, counted no further than ``limit``."""
-        return int(self._run(ex, "live", {"n": limit})[0][0])
+    def compaction_steps(self, ex: Executor, limit: int) -> tuple[str, ...]:
+        """The statements a compaction runs in its transaction (see :mod:`dbqueue.compaction`):
+        none if it would copy more than ``limit`` rows under its lock."""
+        live = int(self._run(ex, "live", {"n": limit + 1})[0][0])
+        return ("compact",) if live <= limit else ()
 
     def extend(
         self, ex: Executor, items: TokenLike, *, lease: dt.timedelta | None = None

@@ -26,9 +26,15 @@ class RingQueue(RingPush, RingPop, RingSweeper):
             f"ring queue {self.spec.table!r} delivers in push order; it has no priorities"
         )
 
-    def compactable_rows(self, ex: Executor, limit: int) -> int:
-        """A compaction copies the ring's slots, ``capacity`` rows whatever they hold."""
-        return self.capacity
+    def compaction_steps(self, ex: Executor, limit: int) -> tuple[str, ...]:
+        """A compaction copies the ring's slots, ``capacity`` rows whatever they hold, and the
+        side table's rows if they fit in what ``limit`` leaves: failed messages kept for an
+        operator may be many, and must not keep the slots, the hot table, from compaction."""
+        room = limit - self.capacity
+        if room < 0:
+            return ()
+        side = int(self._run(ex, "side_live", {"n": room + 1})[0][0])
+        return ("compact", "compact_side") if side <= room else ("compact",)
 
     def _stats_row(self, ex: Executor) -> StatsRow:
         (row,) = self._rows(ex, "stats", self._clock(), StatsRow)

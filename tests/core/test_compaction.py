@@ -282,3 +282,56 @@ def test_a_snapshot_older_than_a_compaction_is_told_so(bed: Bed) -> None:
     conn.commit()
     assert [(m.id, m.payload) for m in q.pop_batch(ex, 5)] == [(again, {"n": 3, "note": "after"})]
     conn.close()
+
+
+@pytest.mark.postgresql
+def test_a_rings_side_table_is_compacted_with_its_slots(
+    pg_dsn: str, table_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Failed messages pass through the ring's side table (an insert, then a delete when an
+    operator purges or retries them): under a held horizon it grows too, and compaction gives
+    it back, unless it holds more rows than fit under the lock with the slots."""
+    dialect = get_dialect("postgresql")
+    spec = QueueSpec(table_name, FIELDS, QueueOptions(capacity=CAPACITY, max_attempts=1))
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        ex = executor_for(dialect, conn)
+        for statement in create_ring_statements(spec, dialect):
+            ex.execute(statement, {})
+        q = RingQueue(spec, dialect)
+        bed = Bed(q, ex, pg_dsn)
+
+        def fail_and_purge(n: int) -> None:
+            for start in range(0, n, 100):
+                q.push_many(ex, [{"n": start + i, "note": NOTE} for i in range(100)])
+                q.fail(ex, q.pop_batch(ex, 100), "boom")
+                assert q.purge(ex, "failed") == 100
+
+        fail_and_purge(CAPACITY * 2)
+        start = bed.size()
+        holder = bed.hold_horizon()
+        try:
+            fail_and_purge(3_000)
+            grown = bed.size()
+            assert grown > 2 * start
+            q.push_many(ex, [{"n": i, "note": "kept"} for i in range(3)])
+            q.fail(ex, q.pop_batch(ex, 3), "kept failed")
+            monkeypatch.setattr(compaction, "MAX_ROWS", CAPACITY + 2)  # the side's 3 rows: no
+            assert q.compact(ex).compacted
+            slots_only = bed.size()
+            monkeypatch.setattr(compaction, "MAX_ROWS", CAPACITY + 3)
+            assert q.compact(ex).compacted
+        finally:
+            holder.close()
+        assert bed.size() <= 1.2 * start < slots_only
+        assert q.stats(ex).failed == 3
+        assert q.retry(ex, range(10_000)) == 3
+        assert sorted(m.payload["n"] for m in q.pop_batch(ex, 5)) == [0, 1, 2]
+        # A ring of more slots than the limit is not compacted at all.
+        monkeypatch.setattr(compaction, "MAX_ROWS", CAPACITY - 1)
+        result = q.compact(ex)
+        assert (result.compacted, result.skipped) == (
+            False,
+            f"more than {CAPACITY - 1} rows to copy under the lock",
+        )
+        for statement in drop_ring_statements(spec, dialect):
+            conn.execute(statement)

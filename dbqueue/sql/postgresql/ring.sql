@@ -718,8 +718,13 @@ SELECT {_push_next} AS push_next, {_pop_next} AS pop_next;
 SELECT pg_notify(%(channel)s, '');
 
 -- ring_size --
--- The bytes of the slot table with its index and TOAST: what compaction watches.
-SELECT pg_total_relation_size('{ring}'::regclass);
+-- The bytes of the slot table and the side table with their indexes and TOAST: what
+-- compaction watches.
+SELECT pg_total_relation_size('{ring}'::regclass) + pg_total_relation_size('{failed}'::regclass);
+
+-- ring_side_live --
+-- How many rows compaction would copy from the side table, counted no further than %(n)s.
+SELECT count(*) FROM (SELECT 1 FROM {failed} LIMIT %(n)s) AS f;
 
 -- ring_compacted --
 -- Whether the slot table or the side table was rewritten after the transaction's snapshot was
@@ -760,5 +765,20 @@ BEGIN
            {k_payload_if_held}
     FROM unnest(kept) AS k
     ORDER BY k.slot;
+END
+$$;
+
+-- ring_compact_side --
+-- After ring_compact, in its transaction, while the side table is small (see
+-- RingQueue.compaction_steps): the side table rewritten to its live rows the same way. Failed
+-- messages and retries pass through it, an insert and a delete each.
+LOCK TABLE {failed} IN ACCESS EXCLUSIVE MODE;
+DO $$
+DECLARE
+    kept {failed}[];
+BEGIN
+    kept := ARRAY(SELECT f FROM {failed} AS f);
+    TRUNCATE {failed};
+    INSERT INTO {failed} SELECT * FROM unnest(kept);
 END
 $$;
