@@ -1,10 +1,10 @@
 """Every workload of the harness, by name, in the order a run takes them."""
 
-from bench import soak, stuck, workloads
+from bench import longtx, soak, stuck, workloads
 
 WORKLOADS: dict[str, workloads.Runner] = {
     **workloads.WORKLOADS,
     "bloat": soak.bloat,
-    "longtx": soak.longtx,
+    "longtx": longtx.longtx,
     "stuck": stuck.stuck,
 }

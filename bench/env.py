@@ -37,6 +37,9 @@ class BenchEnv:
     repeat: int = 3
     process_repeat: int = 3
     longtx_seconds: float = 300.0
+    #: The long-transaction workload also runs at the highest rate each system sustains
+    #: (bench.longtx); --no-longtx-max leaves that out.
+    longtx_max: bool = True
     #: --bloat-messages: the bloat soak's N instead of the size's (e.g. 1,000,000 in a quick run).
     bloat_messages: int | None = None
     #: --pairs and --pair-seconds: the pairs workload's pair counts and duration per figure.

@@ -44,6 +44,7 @@ def produce(system: System, rate: float, seconds: float) -> Tally:
 
 def run(system: System, task: str, arg: float, seconds: float) -> dict[str, Any]:
     latencies: list[float] = []
+    per_second: dict[int, int] = {}
     if task == "drain":
         tally = system.drain(int(arg))
     elif task == "cycle":
@@ -53,7 +54,9 @@ def run(system: System, task: str, arg: float, seconds: float) -> dict[str, Any]
     elif task == "serve":
 
         def handle(payload: str) -> None:
-            latencies.append(time.perf_counter() - stamp_of(payload))
+            now = time.perf_counter()
+            latencies.append(now - stamp_of(payload))
+            per_second[int(now)] = per_second.get(int(now), 0) + 1
 
         tally = system.serve(int(arg), seconds, handle)
     elif task == "produce":
@@ -63,6 +66,7 @@ def run(system: System, task: str, arg: float, seconds: float) -> dict[str, Any]
     out: dict[str, Any] = {"count": tally.count, "first": tally.first, "last": tally.last}
     if latencies:
         out["latencies"] = latencies
+        out["served_per_second"] = per_second
     return out
 
 

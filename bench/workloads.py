@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -233,19 +233,24 @@ STEADY_PRODUCERS = STEADY_CONSUMERS = 2
 
 @dataclass
 class SteadyRun:
-    """One steady-state run: sorted latencies (s), messages pushed, client CPU seconds."""
+    """One steady-state run: sorted latencies (s), messages pushed, client CPU seconds, and
+    the messages served in each second of the system-wide monotonic clock."""
 
     latencies: list[float]
     pushed: int
     client_cpu: float
+    served_per_second: dict[int, int] = field(default_factory=dict)
 
     def percentile(self, q: float) -> float:
         return self.latencies[min(len(self.latencies) - 1, int(len(self.latencies) * q))]
 
 
-def run_steady(env: BenchEnv, system: System, rate: float, seconds: float) -> SteadyRun:
+def run_steady(
+    env: BenchEnv, system: System, rate: float, seconds: float, *, note: bool = True
+) -> SteadyRun:
     """P paced producers and C long-running consumers (which outlive the producers a little
-    to serve what is left); returns what the consumers measured."""
+    to serve what is left); returns what the consumers measured. ``note``: say in the report
+    when they did not keep up."""
     cpu = _children_cpu()
     tail = 1.0 if env.quick else 2.0
     specs: list[Spec] = [
@@ -255,12 +260,16 @@ def run_steady(env: BenchEnv, system: System, rate: float, seconds: float) -> St
     results, _ = _processes(system, specs)
     pushed = sum(int(r["count"]) for r in results[STEADY_CONSUMERS:])
     latencies = sorted(x for r in results[:STEADY_CONSUMERS] for x in r.get("latencies", []))
-    if len(latencies) < pushed:
+    per_second: dict[int, int] = {}
+    for r in results[:STEADY_CONSUMERS]:
+        for second, count in r.get("served_per_second", {}).items():
+            per_second[int(second)] = per_second.get(int(second), 0) + count
+    if note and len(latencies) < pushed:
         env.notes.append(
             f"{system.name}: served {len(latencies)} of {pushed} messages pushed at "
             f"{rate:.0f} msg/s within {seconds + tail:.0f} s: it cannot keep up with that rate"
         )
-    return SteadyRun(latencies, pushed, _children_cpu() - cpu)
+    return SteadyRun(latencies, pushed, _children_cpu() - cpu, per_second)
 
 
 def _children_cpu() -> float:
