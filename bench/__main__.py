@@ -36,7 +36,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="comma-separated workloads (default: all; --quick leaves out longtx, whose "
         "point needs minutes)",
     )
-    p.add_argument("--longtx-seconds", type=float, default=300.0, help="long-transaction run")
+    p.add_argument(
+        "--longtx-seconds", type=float, default=300.0, help="long-transaction hold (seconds)"
+    )
+    p.add_argument(
+        "--no-longtx-max",
+        action="store_true",
+        help="run the long-transaction workload at 1,000 msg/s only, not also at the highest "
+        "rate each system sustains",
+    )
     p.add_argument(
         "--bloat-messages",
         type=int,
@@ -91,6 +99,7 @@ def main(argv: list[str]) -> int:
     wanted = [w for w in args.workloads.split(",") if w] if args.workloads else default
     env = bench_env.start(args.quick, args.sync_commit == "on", args.scale)
     env.longtx_seconds = args.longtx_seconds
+    env.longtx_max = not args.no_longtx_max
     env.notes += args.note
     env.bloat_messages = args.bloat_messages
     env.pair_counts = args.pairs
@@ -99,6 +108,8 @@ def main(argv: list[str]) -> int:
     env.process_repeat = args.repeat or (1 if args.quick else 3)
     started = dt.datetime.now(dt.UTC)
     code = report.source()
+    suffix = ("-quick" if args.quick else "") + ("" if env.sync_commit else "-sync-off")
+    out = args.out or RESULTS / f"{started:%Y-%m-%d}{suffix}"
     results: list[Measurement] = []
     t0 = time.perf_counter()
     if "thin" in names and "roundtrip" not in wanted:
@@ -125,13 +136,16 @@ def main(argv: list[str]) -> int:
                     print(f"{name}: {workload} {time.perf_counter() - step:.1f} s", flush=True)
         finally:
             system.close()
+        # A long run interrupted later keeps what it measured so far.
+        if name != names[-1]:
+            seconds = time.perf_counter() - t0
+            meta = report.run_meta(env, started, names, seconds, args.scale, code)
+            report.write(out, meta, results)
     if "wakeup" in wanted and "dbqueue-worker" in names:
         step = time.perf_counter()
         results += wakeup.measure(env)
         print(f"wake-ups {time.perf_counter() - step:.1f} s", flush=True)
     meta = report.run_meta(env, started, names, time.perf_counter() - t0, args.scale, code)
-    suffix = ("-quick" if args.quick else "") + ("" if env.sync_commit else "-sync-off")
-    out = args.out or RESULTS / f"{started:%Y-%m-%d}{suffix}"
     path = report.write(out, meta, results)
     print(f"report: {path} ({meta['seconds']} s)")
     return 0

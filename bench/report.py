@@ -304,13 +304,13 @@ def write(
         by_workload[m.workload].append(i)
     for workload, idx in by_workload.items():
         lines += [f"## {WORKLOAD_TITLES.get(workload, workload)}", ""]
-        if workload in charts:
-            lines += [f"![{workload}](charts/{charts[workload]})", ""]
+        for chart in charts.get(workload, []):
+            lines += [f"![{workload}](charts/{chart})", ""]
         lines += ["| system | parameters | median | min | max | runs | unit | vs thin | notes |",
                   "|---|---|---:|---:|---:|---:|---|---:|---|"]  # fmt: skip
         for i in idx:
             m = results[i]
-            note = ", ".join(f"{k} {v}" for k, v in m.extra.items() if k != "cdf")
+            note = ", ".join(f"{k} {v}" for k, v in m.extra.items() if k not in CHART_DATA)
             ratio = _ratio(rel[i]) if i in rel else ""
             lines.append(
                 f"| {_label(m.system)} | {params_text(m.params)} | {_fmt(m.median)} | "
@@ -348,8 +348,13 @@ def _header(meta: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _charts(out: Path, results: list[Measurement]) -> dict[str, str]:
-    """One bar chart per workload: median per system and parameters, min-max as error bars."""
+#: Extras that only the charts show (series of points).
+CHART_DATA = frozenset({"cdf", "timeline"})
+
+
+def _charts(out: Path, results: list[Measurement]) -> dict[str, list[str]]:
+    """One bar chart per workload: median per system and parameters, min-max as error bars;
+    the latency CDF of the steady workload and the long-transaction timelines."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -357,7 +362,7 @@ def _charts(out: Path, results: list[Measurement]) -> dict[str, str]:
 
     folder = out / "charts"
     folder.mkdir(exist_ok=True)
-    names: dict[str, str] = {}
+    names: dict[str, list[str]] = defaultdict(list)
     by_workload: dict[str, list[Measurement]] = defaultdict(list)
     for m in results:
         by_workload[m.workload].append(m)
@@ -375,7 +380,7 @@ def _charts(out: Path, results: list[Measurement]) -> dict[str, str]:
         name = f"{workload}.png"
         fig.savefig(folder / name, dpi=110)
         plt.close(fig)
-        names[workload] = name
+        names[workload].append(name)
     cdfs = {m.system: m.extra["cdf"] for m in results if m.extra.get("cdf")}
     if cdfs:
         fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -389,8 +394,72 @@ def _charts(out: Path, results: list[Measurement]) -> dict[str, str]:
         fig.tight_layout()
         fig.savefig(folder / "latency_cdf.png", dpi=110)
         plt.close(fig)
-        names["latency_p50"] = "latency_cdf.png"
+        names["latency_p50"].append("latency_cdf.png")
+    names["longtx_throughput"] += _timelines(folder, results)
     return names
+
+
+def _timelines(folder: Path, results: list[Measurement]) -> list[str]:
+    """Per offered rate of the long-transaction workload, one row per system: messages served
+    per second (5-s means) and the tables' size, over the run, the hold shaded."""
+    import matplotlib.pyplot as plt
+
+    by_rate: dict[float, list[Measurement]] = defaultdict(list)
+    for m in results:
+        if m.extra.get("timeline"):
+            by_rate[float(m.params["rate"])].append(m)
+    files = []
+    for rate, ms in sorted(by_rate.items()):
+        fig, axes = plt.subplots(
+            len(ms), 2, figsize=(11, 2.2 * len(ms) + 0.6), squeeze=False, sharex=True
+        )
+        for (served_ax, size_ax), m in zip(axes, ms, strict=True):
+            line = m.extra["timeline"]
+            served_ax.plot(*_means(line["served_per_second"]), marker=".", markersize=3)
+            sizes = line["size_kib"]
+            size_ax.plot([t for t, _ in sizes], [k / 1024 for _, k in sizes], color="#c44e52")
+            size_ax.set_ylim(bottom=0)
+            served_ax.set_ylim(bottom=0)
+            marks = line["marks"]
+            for ax in (served_ax, size_ax):
+                if "hold_start" in marks and "hold_end" in marks:
+                    ax.axvspan(marks["hold_start"], marks["hold_end"], color="#ddd", zorder=0)
+                ax.tick_params(labelsize=7)
+            served_ax.set_ylabel(f"{m.system}\nmsg/s", fontsize=7)
+            size_ax.set_ylabel("MiB", fontsize=7)
+        axes[0][0].set_title("messages served per second (5-s means; gaps: consumers restart "
+                             "between phases)", fontsize=9)  # fmt: skip
+        axes[0][1].set_title("size of the queue's tables (grey: transaction held)", fontsize=9)
+        axes[-1][0].set_xlabel("seconds", fontsize=8)
+        axes[-1][1].set_xlabel("seconds", fontsize=8)
+        fig.suptitle(f"Long transaction at {rate:,.0f} msg/s offered", fontsize=10)
+        fig.tight_layout()
+        name = f"longtx_timeline_{rate:.0f}.png"
+        fig.savefig(folder / name, dpi=100)
+        plt.close(fig)
+        files.append(name)
+    return files
+
+
+def _means(per_second: list[list[int]], window: int = 5) -> tuple[list[float], list[float]]:
+    """Means over ``window`` seconds of per-second counts, within each stretch of seconds
+    that has counts (a NaN between stretches breaks the line)."""
+    xs: list[float] = []
+    ys: list[float] = []
+    counts = {int(t): n for t, n in per_second}
+    stretch: list[int] = []
+    for t in [*sorted(counts), None]:
+        if t is not None and (not stretch or t == stretch[-1] + 1):
+            stretch.append(t)
+            continue
+        for i in range(0, len(stretch), window):
+            part = stretch[i : i + window]
+            xs.append(part[0] + len(part) / 2)
+            ys.append(sum(counts[x] for x in part) / len(part))
+        xs.append(float("nan"))
+        ys.append(float("nan"))
+        stretch = [] if t is None else [t]
+    return xs, ys
 
 
 def load(path: Path) -> tuple[dict[str, Any], list[Measurement]]:

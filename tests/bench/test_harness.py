@@ -129,10 +129,21 @@ def test_the_ring_storage_experiment(tmp_path: Path) -> None:
 
 
 def test_the_long_transaction_workload(tmp_path: Path) -> None:
-    args = ("--workloads", "longtx", "--longtx-seconds", "2", "--no-pgbench")
+    args = ("--workloads", "longtx", "--longtx-seconds", "2", "--no-pgbench", "--no-longtx-max")
     data = _bench(tmp_path / "longtx", *args, "--systems", "dbqueue-core")
-    held = {r["params"]["long_transaction"] for r in data["results"] if r["system"] != "thin"}
-    assert held == {"none", "held"}
+    ours = [r for r in data["results"] if r["system"] == "dbqueue-core"]
+    assert {r["params"]["long_transaction"] for r in ours} == {"none", "held"}
+    (held,) = [r for r in ours if r["workload"] == "longtx_throughput" and r["params"][
+        "long_transaction"] == "held"]  # fmt: skip
+    extra = held["extra"]
+    for key in ("kib_fresh", "kib_before", "kib_end", "kib_after_recovery"):
+        assert extra[key] > 0, key
+    timeline = extra["timeline"]
+    assert set(timeline["marks"]) == {"hold_start", "hold_end"}
+    assert sum(n for _, n in timeline["served_per_second"]) >= 3 * 2 * 1000 * 0.9
+    assert len(timeline["size_kib"]) >= 3
+    assert (tmp_path / "longtx" / "charts" / "longtx_timeline_1000.png").stat().st_size > 1000
+    assert "served_per_second" not in (tmp_path / "longtx" / "report.md").read_text()
 
 
 def test_the_django_ring_refuses_a_workload_deeper_than_its_capacity() -> None:
