@@ -104,6 +104,7 @@ def _run_at(env: BenchEnv, system: System, rate: float) -> tuple[list[Measuremen
         "kib_fresh": _kib(fresh), "kib_before": _kib(start), "kib_end": _kib(end),
         "kib_after_recovery": _kib(after), "dead_tuples_after": dead,
         "recovery_served_per_s": round(len(recovery.run.latencies) / recovery_s),
+        **{f"recovery_{k}": v for k, v in _compactions(recovery.run).items()},
     }  # fmt: skip
     if start is not None and end is not None and after is not None and passed:
         extra["growth_per_message_byte"] = round(max(0, end - start) / (passed * MESSAGE_BYTES), 3)
@@ -138,7 +139,7 @@ class _Phase:
                   "producers": STEADY_PRODUCERS, "consumers": STEADY_CONSUMERS}  # fmt: skip
         extra = {"seconds": self.seconds, "client_cpu_s": round(self.run.client_cpu, 1),
                  "server_cpu_s": None if self.server_cpu is None else round(self.server_cpu, 1),
-                 **extra}  # fmt: skip
+                 **_compactions(self.run), **extra}  # fmt: skip
         p50, p99 = self.run.percentile(0.5) * 1000, self.run.percentile(0.99) * 1000
         return [
             Measurement(system.name, "longtx_throughput", params, [self.served / self.seconds],
@@ -146,6 +147,15 @@ class _Phase:
             Measurement(system.name, "longtx_p50", params, [p50], unit="ms"),
             Measurement(system.name, "longtx_p99", params, [p99], unit="ms"),
         ]  # fmt: skip
+
+
+def _compactions(run: SteadyRun) -> dict[str, Any]:
+    """How many compactions the consumers ran, and the longest (lock wait and hold, ms): the
+    longest a statement on the queue waited behind one."""
+    if not run.compactions:
+        return {}
+    return {"compactions": len(run.compactions),
+            "longest_compaction_ms": round(max(run.compactions) * 1000, 1)}  # fmt: skip
 
 
 def _phase(

@@ -64,6 +64,8 @@ def run(system: System, task: str, arg: float, seconds: float) -> dict[str, Any]
     else:
         raise SystemExit(f"unknown task {task!r}")
     out: dict[str, Any] = {"count": tally.count, "first": tally.first, "last": tally.last}
+    if tally.compactions:
+        out["compactions"] = tally.compactions
     if latencies:
         out["latencies"] = latencies
         out["served_per_second"] = per_second

@@ -240,6 +240,8 @@ class SteadyRun:
     pushed: int
     client_cpu: float
     served_per_second: dict[int, int] = field(default_factory=dict)
+    #: How long each compaction the consumers ran took (s), in no particular order.
+    compactions: list[float] = field(default_factory=list)
 
     def percentile(self, q: float) -> float:
         return self.latencies[min(len(self.latencies) - 1, int(len(self.latencies) * q))]
@@ -269,7 +271,8 @@ def run_steady(
             f"{system.name}: served {len(latencies)} of {pushed} messages pushed at "
             f"{rate:.0f} msg/s within {seconds + tail:.0f} s: it cannot keep up with that rate"
         )
-    return SteadyRun(latencies, pushed, _children_cpu() - cpu, per_second)
+    compactions = [x for r in results[:STEADY_CONSUMERS] for x in r.get("compactions", [])]
+    return SteadyRun(latencies, pushed, _children_cpu() - cpu, per_second, compactions)
 
 
 def _children_cpu() -> float:

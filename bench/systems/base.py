@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Self
 
 if TYPE_CHECKING:
@@ -36,11 +36,13 @@ def stamp_of(payload: str) -> float:
 
 @dataclass
 class Tally:
-    """What a consumer did: how many items, and when the first and last were handled."""
+    """What a consumer did: how many items, when the first and last were handled, and how
+    long each compaction it ran took (seconds: waiting for the lock, then holding it)."""
 
     count: int = 0
     first: float = 0.0
     last: float = 0.0
+    compactions: list[float] = field(default_factory=list)
 
     def add(self, n: int) -> None:
         if n <= 0:

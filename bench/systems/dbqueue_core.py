@@ -88,7 +88,9 @@ class CoreSystem(System):
         next_compact = time.perf_counter()
         while (now := time.perf_counter()) < deadline:
             if now >= next_compact:
-                q.compact_if_grown(ex)
+                result = q.compact_if_grown(ex)
+                if result is not None and result.compacted:
+                    tally.compactions.append(result.seconds)
                 next_compact = now + COMPACT_EVERY
             items = q.pop_batch(ex, batch)
             if not items:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -157,9 +158,25 @@ class DBQueueDjangoWorker(DBQueueDjango):
 
         worker = self._worker(batch, run, burst=False)
         timer = threading.Timer(seconds, worker.stop)
+        compactions = _Compactions(tally)
+        logging.getLogger("dbqueue.worker").addHandler(compactions)
         timer.start()
         try:
             worker.run(handle_signals=False)
         finally:
             timer.cancel()
+            logging.getLogger("dbqueue.worker").removeHandler(compactions)
         return tally
+
+
+class _Compactions(logging.Handler):
+    """Reads the worker's log of each compaction it ran (how long it took) into a tally: what
+    an operator sees of them too."""
+
+    def __init__(self, tally: Tally) -> None:
+        super().__init__(logging.INFO)
+        self.tally = tally
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(record.msg, str) and record.msg.startswith("queue %s: compacted,"):
+            self.tally.compactions.append(float(record.args[3]) / 1000)  # type: ignore[index,arg-type]
