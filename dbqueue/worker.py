@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Protocol
 
-from dbqueue.compaction import BUSY, CompactResult
+from dbqueue.compaction import BUSY, CHECK_EVERY, CompactResult
 from dbqueue.error_text import storable_error
 from dbqueue.errors import DBQueueError, InvalidArgument, WorkerGaveUp
 from dbqueue.message import RescueResult, State
@@ -49,10 +49,6 @@ DUE_RECHECK = 1.0
 #: Seconds an idle thread sleeps past an item's due time (timestamps have microseconds, and the
 #: statement that takes the item must see it due).
 DUE_MARGIN = 0.005
-#: Seconds between two looks at each queue's size by the maintenance thread: compaction
-#: (dbqueue.compaction) when a long transaction makes the tables grow. A look is one cheap
-#: statement; at 1,000 messages/s a ring pinned by a snapshot grows ~0.6 MB a second.
-COMPACT_EVERY = 1.0
 #: The error recorded for a failed attempt whose own error text the database refused.
 REFUSED_ERROR = "the handler failed, and the database refused its error text; see the worker's log"
 
@@ -696,7 +692,7 @@ class Worker:
     def _maintain(self) -> None:
         queues = {id(c.queue): c.queue for c in self.consumers}
         shortest = min(q.lease.total_seconds() for q in queues.values())
-        tick = max(min(shortest / 3, self.rescue_every, COMPACT_EVERY), 0.05)
+        tick = max(min(shortest / 3, self.rescue_every, CHECK_EVERY), 0.05)
         next_rescue = next_compact = time.monotonic()
         try:
             while not self._done.is_set():
@@ -708,7 +704,7 @@ class Worker:
                 if now >= next_compact and not self._stopping.is_set():
                     for queue in queues.values():
                         self._compact(queue)
-                    next_compact = now + COMPACT_EVERY
+                    next_compact = now + CHECK_EVERY
                 self._heartbeat()
                 self._done.wait(tick)
         finally:

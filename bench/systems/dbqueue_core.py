@@ -10,9 +10,9 @@ import psycopg
 
 from bench.systems.base import IDLE_SLEEP, PAYLOAD, System, Tally
 from dbqueue import Field, FieldKind, QueueSpec, RingQueue, SplitQueue, get_dialect
+from dbqueue.compaction import CHECK_EVERY
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.schema import create_statements
-from dbqueue.worker import COMPACT_EVERY
 
 SPEC = QueueSpec("bench_split", (Field("payload", FieldKind.TEXT),))
 POSTGRESQL = get_dialect("postgresql")
@@ -91,7 +91,7 @@ class CoreSystem(System):
                 result = q.compact_if_grown(ex)
                 if result is not None and result.compacted:
                     tally.compactions.append(result.seconds)
-                next_compact = now + COMPACT_EVERY
+                next_compact = now + CHECK_EVERY
             items = q.pop_batch(ex, batch)
             if not items:
                 time.sleep(IDLE_SLEEP)

@@ -21,7 +21,8 @@ leased for a batch that never reached the offset log come back when their lease 
 Nothing is lost or skipped; the lease must outlast a batch's processing and a restart, or the
 items are delivered again (at-least-once). Expired leases are given back by the queue's rescue,
 which the stream runs itself, at most every ``rescueSeconds``, when it plans a batch (as a
-worker does: a stream may be the queue's only consumer). A queue declared with ``keep_done``
+worker does: a stream may be the queue's only consumer); so does compaction, when a long
+transaction makes the tables grow (:mod:`dbqueue.compaction`). A queue declared with ``keep_done``
 needs ``keepDone=true``, so that acks mark items done instead of deleting them.
 
 Spark commits batch n only when it logs batch n + 1, and logs no batch while the source has
@@ -45,6 +46,7 @@ from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from dbqueue.compaction import CHECK_EVERY
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.ring import RingQueue
 from dbqueue.spark.catalog import DIALECT, FoundQueue, run, statements
@@ -101,6 +103,7 @@ class QueueStream(DataSourceStreamReader):
         self.parts = partitions
         self.rescue_interval = rescue_interval.total_seconds()
         self._rescued_at: float | None = None
+        self._looked_at: float | None = None
         self._core: SplitQueue | RingQueue | None = None
         self._conn: Any = None
 
@@ -137,6 +140,11 @@ class QueueStream(DataSourceStreamReader):
         if self._rescued_at is None or now - self._rescued_at >= self.rescue_interval:
             core.rescue(ex)
             self._rescued_at = now
+        if self._looked_at is None or now - self._looked_at >= CHECK_EVERY:
+            # As a worker's maintenance does: a long transaction elsewhere must not make the
+            # tables of a queue that only a stream consumes grow without bound.
+            core.compact_if_grown(ex)
+            self._looked_at = now
         leased = core.pop_batch(ex, n, lease=self.lease)
         if leased:
             runs = to_runs([(m.id, m.attempts) for m in leased])

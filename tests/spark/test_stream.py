@@ -19,10 +19,23 @@ import psycopg
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.datasource import ReadMaxRows
 
-from dbqueue import Field, FieldKind, QueueOptions, QueueSpec, RingQueue, SplitQueue, get_dialect
+from dbqueue import (
+    Field,
+    FieldKind,
+    QueueOptions,
+    QueueSpec,
+    RingQueue,
+    SplitQueue,
+    compaction,
+    get_dialect,
+)
 from dbqueue.drivers import executor_for
-from dbqueue.spark.stream import to_runs, to_tokens
+from dbqueue.spark import stream as stream_module
+from dbqueue.spark.catalog import FoundQueue
+from dbqueue.spark.stream import QueueStream, to_runs, to_tokens
+from dbqueue.spark.types import read_schema
 from tests.spark.conftest import SPARK
 
 pytestmark = SPARK
@@ -264,3 +277,37 @@ def test_bad_stream_options_are_refused(
             query.awaitTermination(120)
         finally:
             query.stop()
+
+
+def test_a_stream_compacts_the_queue_it_alone_consumes(
+    spark_dsn: str,
+    spark_conn: psycopg.Connection[Any],
+    split: QueueSpec,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream may be a queue's only consumer: while a long transaction holds the xmin
+    horizon, its driver compacts the tables as a worker would (dbqueue.compaction), at each
+    batch it plans. Driven here as Spark drives it: plan a batch, commit the one before."""
+    monkeypatch.setattr(stream_module, "CHECK_EVERY", 0.0)  # a look at every batch
+    core, ex = SplitQueue(split, DIALECT), executor_for(DIALECT, spark_conn)
+    reader = QueueStream(spark_dsn, FoundQueue(split), read_schema(split), 100,
+                         dt.timedelta(minutes=1), 1, dt.timedelta(minutes=1))  # fmt: skip
+    holder = psycopg.connect(spark_dsn, autocommit=True)
+    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT count(*) FROM pg_class")  # the snapshot: vacuum can free nothing
+    try:
+        push(spark_conn, split, range(5000))
+        full = compaction.size(core, ex)  # 5,000 live messages
+        offset, taken = reader.initialOffset(), 0
+        while (end := reader.latestOffset(offset, ReadMaxRows(100))) != offset:
+            taken += len(to_tokens(end["runs"]))
+            reader.commit(end)
+            offset = end
+        drained = compaction.size(core, ex)
+    finally:
+        holder.close()
+        reader.stop()
+    assert taken == 5000 and counts(spark_conn, split) == {}
+    # Without compaction the leases and acks would have added their dead versions to the
+    # 5,000 messages' own; compacted, the empty tables are a fraction of that.
+    assert drained < full / 2
