@@ -76,6 +76,9 @@ bench-sync-off: venv ## Run the benchmark with synchronous_commit off (reported 
 bench-ring-storage: venv ## Measure the ring table's fillfactor (50/70/90/100), about 6 minutes
 	$(PY) -m bench.ring_storage $(BENCH_ARGS)
 
+bench-compaction-cost: venv ## Measure how long compaction holds a queue's lock, by rows copied (about 3 minutes)
+	$(PY) -m bench.compaction_cost $(BENCH_ARGS)
+
 bench-spark-archive: venv ## Measure the Spark archive job on 1M done items (3 batch sizes), about 4 minutes
 	$(PY) -m bench.spark_archive $(BENCH_ARGS)
 

@@ -87,7 +87,7 @@ def _run_at(env: BenchEnv, system: System, rate: float) -> tuple[list[Measuremen
     try:
         none = _phase(env, system, rate, baseline_s, timeline)
         start = timeline.size_now()
-        holder = _TransactionHolder(system.dsn)
+        holder = TransactionHolder(system.dsn)
         timeline.mark("hold_start")
         held = _phase(env, system, rate, held_s, timeline)
         end = timeline.size_now()
@@ -251,7 +251,7 @@ def _kib(size: int | None) -> int | None:
     return None if size is None else round(size / 1024)
 
 
-class _TransactionHolder:
+class TransactionHolder:
     """A REPEATABLE READ transaction that has taken its snapshot and stays open."""
 
     def __init__(self, dsn: str) -> None:

@@ -128,6 +128,13 @@ def test_the_ring_storage_experiment(tmp_path: Path) -> None:
     assert "## Summary" in (tmp_path / "storage" / "report.md").read_text()
 
 
+def test_the_compaction_cost_measurement(tmp_path: Path) -> None:
+    data = _bench(tmp_path / "cost", "--rows", "1000", module="bench.compaction_cost")
+    found = {(r["system"], r["params"]["rows"]) for r in data["results"]}
+    assert found == {("dbqueue-core", 1000), ("dbqueue-ring", 1000)}
+    assert "compaction cost" in (tmp_path / "cost" / "report.md").read_text()
+
+
 def test_the_long_transaction_workload(tmp_path: Path) -> None:
     args = ("--workloads", "longtx", "--longtx-seconds", "2", "--no-pgbench", "--no-longtx-max")
     data = _bench(tmp_path / "longtx", *args, "--systems", "dbqueue-core")
