@@ -15,10 +15,11 @@ ACCESS EXCLUSIVE lock: for a ring of 2,000 slots a few milliseconds during which
 statements wait, with every row kept as it was (numbers, states, leases, payloads). Nothing
 else changes: no statement of the hot paths, no delivery guarantee.
 
-:func:`compact_if_grown` is what a worker calls every second or so: it compacts when the
-tables have grown by a share of their compacted size (a ring that nobody pins does not grow
-at all; see ``RING_FILLFACTOR``), so compaction happens only while versions pile up, and once
-more after the transaction ends, bringing the tables back to their compacted size.
+:func:`compact_if_grown` is what a worker calls a few times a second: it compacts when the
+tables have doubled over their compacted size (a ring that nobody pins does not grow at all;
+see ``RING_FILLFACTOR``), so compaction happens only while versions pile up, and once more
+when they stop growing after the transaction ends, bringing the tables back to their
+compacted size.
 
 What it cannot do:
 
@@ -62,10 +63,18 @@ if TYPE_CHECKING:
 LOCK_TIMEOUT = dt.timedelta(milliseconds=20)
 #: A queue with more rows than this is not compacted (the copy would hold the lock long).
 MAX_ROWS = 20_000
-#: Compact once the tables have grown by this share of their compacted size, and by at least
-#: ``MIN_GROWTH`` bytes (a small ring would otherwise be compacted several times a second).
-GROWTH = 0.15
+#: Compact once the tables have grown by this share of their compacted size (their live
+#: rows), and by at least ``MIN_GROWTH`` bytes: a compaction then copies at most about as many
+#: bytes as it gives back. At 0.15 a split queue with a backlog copied its backlog every
+#: second for a sixth of it in dead versions; at 3,000-4,000 msg/s the copies fell behind
+#: the traffic and the backlog grew past ``MAX_ROWS`` (bench/reports/2026-11-26-longtx-2.md).
+GROWTH = 1.0
 MIN_GROWTH = 256 * 1024
+#: Once the tables have stopped growing for ``SETTLE`` seconds (the long transaction ended:
+#: vacuum keeps up again) while still ``SETTLED_GROWTH`` over their compacted size (and
+#: ``MIN_GROWTH``), one more compaction gives back what the transaction left.
+SETTLE = 5.0
+SETTLED_GROWTH = 0.2
 
 #: Why a compaction did not run when another process was compacting the same queue: not worth
 #: a warning (it is being done).
@@ -149,9 +158,10 @@ def size(layout: Layout, ex: Executor) -> int:
 
 
 #: Seconds between two looks at a queue's size by a consumer that compacts it (the worker's
-#: maintenance thread, the Spark stream's driver): a look is one cheap statement; at 1,000
-#: messages/s a ring pinned by a snapshot grows ~0.6 MB a second.
-CHECK_EVERY = 1.0
+#: maintenance thread, the Spark stream's driver): a look is one cheap statement. Under a held
+#: horizon a split queue grows ~1 MB a second per 1,000 messages/s: looking four times a
+#: second keeps the dead versions its statements walk to a quarter of a second's.
+CHECK_EVERY = 0.25
 
 #: After a compaction that could not run, the next attempt waits this long, doubled at each
 #: skip up to ``RETRY_MAX`` (a transaction holding the queue's lock may stay for hours).
@@ -167,20 +177,30 @@ class Growth:
         self.baseline: int | None = None
         self._retry_at = 0.0
         self._pause = RETRY_FIRST
+        self._last = 0  # the size at the last look, and since when it has been that size
+        self._since = time.monotonic()
 
     def due(self, current: int) -> bool:
         """True if a queue of ``current`` bytes should be compacted now: at the first look,
         unless it is small (a worker may start while a long transaction holds the horizon,
         or after one that left the tables grown; the compaction's result is the baseline),
-        then once it has grown enough over the baseline."""
-        if time.monotonic() < self._retry_at:
+        then once it has grown by ``GROWTH`` over the baseline, or by ``SETTLED_GROWTH``
+        and stopped growing (see ``SETTLE``)."""
+        now = time.monotonic()
+        if current != self._last:
+            self._last, self._since = current, now
+        if now < self._retry_at:
             return False
         if self.baseline is None and current >= MIN_GROWTH:
             return True
         if self.baseline is None or current < self.baseline:
             self.baseline = current
             return False
-        return current - self.baseline >= max(self.baseline * GROWTH, MIN_GROWTH)
+        grown = current - self.baseline
+        if grown < MIN_GROWTH:
+            return False
+        settled = now - self._since >= SETTLE and grown >= self.baseline * SETTLED_GROWTH
+        return settled or grown >= self.baseline * GROWTH
 
     def record(self, result: CompactResult) -> None:
         """Take a compaction's result into account: a new baseline, or a later retry."""

@@ -335,3 +335,44 @@ def test_a_rings_side_table_is_compacted_with_its_slots(
         )
         for statement in drop_ring_statements(spec, dialect):
             conn.execute(statement)
+
+
+class Clock:
+    """compaction's time.monotonic, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_growth_waits_for_the_tables_to_double_or_to_settle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(compaction.time, "monotonic", clock.monotonic)
+    mib = 1024 * 1024
+    growth = compaction.Growth()
+    assert growth.due(10 * mib)  # the first look at grown tables compacts them
+    growth.record(compaction.CompactResult(True, 10 * mib, 4 * mib))
+    assert not growth.due(6 * mib)  # growing: half its size in dead versions is not enough
+    clock.now += 1
+    assert growth.due(8 * mib)  # doubled: the copy costs about what it gives back
+    growth.record(compaction.CompactResult(True, 8 * mib, 4 * mib))
+    # The transaction ended at 5 MiB: 25% over, no longer growing.
+    assert not growth.due(5 * mib)
+    clock.now += compaction.SETTLE - 0.1
+    assert not growth.due(5 * mib)
+    clock.now += 0.2
+    assert growth.due(5 * mib)
+    growth.record(compaction.CompactResult(True, 5 * mib, 4 * mib))
+    # 10% over and settled, or under MIN_GROWTH: left alone.
+    clock.now += 60
+    assert not growth.due(int(4.4 * mib))
+    clock.now += 60
+    assert not growth.due(int(4.4 * mib))
+    small = compaction.Growth()
+    assert not small.due(100 * 1024)
+    clock.now += 60
+    assert not small.due(300 * 1024)  # 200 KiB over, settled: under MIN_GROWTH
