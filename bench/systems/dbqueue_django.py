@@ -159,13 +159,15 @@ class DBQueueDjangoWorker(DBQueueDjango):
         worker = self._worker(batch, run, burst=False)
         timer = threading.Timer(seconds, worker.stop)
         compactions = _Compactions(tally)
-        logging.getLogger("dbqueue.worker").addHandler(compactions)
+        logger = logging.getLogger("dbqueue.worker")
+        logger.setLevel(logging.INFO)  # the compactions are logged at INFO
+        logger.addHandler(compactions)
         timer.start()
         try:
             worker.run(handle_signals=False)
         finally:
             timer.cancel()
-            logging.getLogger("dbqueue.worker").removeHandler(compactions)
+            logger.removeHandler(compactions)
         return tally
 
 
