@@ -413,9 +413,9 @@ class Layout:
     ) -> None:
         if len(done) == len(tokens):
             return
+        self._raise_if_compacted(ex, operation)
         rows = self._run(ex, "not_leased", self._token_params(tokens))
         bad = {int(r[0]) for r in rows} or ({t[0] for t in tokens} - {int(r[0]) for r in done})
-        self._raise_if_compacted(ex, operation)
         raise NotLeased(bad, operation)
 
     def _raise_if_compacted(self, ex: Executor, operation: str) -> None:
