@@ -62,8 +62,8 @@ class RingPop(RingBase):
             # The ring was empty but messages waited in the side table, due (a retry whose
             # back-off ended, a message put aside): pushed again at the tail, and taken now
             # rather than at the sweeper's next run. Or this pop claimed numbers whose push
-            # had not committed when it looked (the sweeper's return, pushing those very
-            # messages, may have committed since): looked at once more, so that a --burst
+            # had not committed when it looked, or the sweeper's return committed after it
+            # looked (the push sequence ran ahead): looked at once more, so that a --burst
             # worker does not take a queue for drained while its messages land.
             pop = "pop_remove" if operation == "pop_remove" else "pop_leased"
             messages = self._take_all(ex, pop, n, params)[1]

@@ -163,9 +163,10 @@ class SweepRow(NamedTuple):
 
 class ReturnRow(NamedTuple):
     """The row of ``ring_return`` (PostgreSQL): how many were pushed again, of how many due,
-    and whether messages were due while another sweeper held the lock (then none was
-    returned)."""
+    whether messages were due while another sweeper held the lock (then none was returned),
+    and whether pushers hold numbers that no popper has claimed yet."""
 
     placed: int
     due: int
     busy: bool
+    ahead: bool

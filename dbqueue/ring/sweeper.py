@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from dbqueue.executor import Executor
 from dbqueue.layout import RESCUE_ERROR, TokenLike, positive
@@ -29,6 +29,16 @@ from dbqueue.ring.states import NumberRow, ReturnRow, SideRow, SweepRow
 #: caller's transaction that retried messages holds it until it ends), and how often it looks.
 RETURN_PATIENCE = 1.0
 RETURN_POLL = 0.01
+
+
+class Returned(NamedTuple):
+    """What a return of due messages did: how many it pushed again at the tail, whether
+    another sweeper held the queue's lock while messages were due, and whether pushers hold
+    numbers no popper has claimed (messages may be in the ring that a pop did not see)."""
+
+    placed: int
+    busy: bool
+    ahead: bool
 
 
 class RingSweeper(RingBase):
@@ -78,11 +88,12 @@ class RingSweeper(RingBase):
         """Push the side table's due ready messages again at the tail (while slots are free);
         return how many. On PostgreSQL, while another sweeper holds the queue's lock it returns
         none (that sweeper is doing it)."""
-        return self._return_due(ex, batch)[0]
+        return self._return_due(ex, batch).placed
 
-    def _return_due(self, ex: Executor, batch: int | None = None) -> tuple[int, bool]:
-        """:meth:`return_due`, and whether messages were due while another sweeper held the
-        queue's lock (then this call returned none of them)."""
+    def _return_due(self, ex: Executor, batch: int | None = None) -> Returned:
+        """:meth:`return_due`, whether messages were due while another sweeper held the
+        queue's lock (then this call returned none of them), and whether messages may be in
+        the ring that the caller's pop did not see."""
         size = positive("batch", batch, self.spec.options.rescue_batch)
         placed = 0
         while True:
@@ -91,12 +102,14 @@ class RingSweeper(RingBase):
                 (row,) = self._rows(ex, "return", params, ReturnRow)
                 placed += int(row.placed)
                 if row.busy or int(row.due) < size or int(row.placed) == 0:
-                    return placed, bool(row.busy)
+                    return Returned(placed, bool(row.busy), bool(row.ahead))
             else:
                 moved, due = self._return_serial(ex, size)
                 placed += moved
                 if due < size or moved < due:
-                    return placed, False
+                    # SQLite has no cheaper sign of a return committed since the pop looked
+                    # than looking again: a pop that found the ring empty always does.
+                    return Returned(placed, False, True)
 
     def return_now(self, ex: Executor) -> bool:
         """For a pop that found the ring empty, and after a retry or a release: push the due
@@ -106,16 +119,18 @@ class RingSweeper(RingBase):
         Without the wait, a pop that met the sweeper at work found nothing although a retry
         was due, and a ``--burst`` worker took the queue for drained and stopped with it
         waiting aside (the sweeper, holding the lock, returns only what was due when its
-        statement began).
+        statement began). A sweeper that committed its return after the pop looked and before
+        this call leaves nothing due and the lock free: the push sequence then runs ahead of
+        the pop sequence (``ahead``), and the pop looks again.
         """
         deadline = time.monotonic() + RETURN_PATIENCE
-        placed, busy = self._return_due(ex)
-        waited = busy
+        result = self._return_due(ex)
+        placed, busy, waited = result.placed, result.busy, result.busy
         while busy and time.monotonic() < deadline:
             self._sleep(ex, RETURN_POLL)
-            more, busy = self._return_due(ex)
-            placed += more
-        return placed > 0 or waited
+            result = self._return_due(ex)
+            placed, busy = placed + result.placed, result.busy
+        return placed > 0 or waited or result.ahead
 
     def _return_serial(self, ex: Executor, size: int) -> tuple[int, int]:
         """SQLite: the due messages one by one, in one transaction; (pushed, due)."""

@@ -7,6 +7,7 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,8 @@ from dbqueue import (
     TransactionStateError,
     get_dialect,
 )
+from dbqueue.executor import Executor
+from dbqueue.message import Message
 from dbqueue.ring import PushOutcome
 from dbqueue.schema import RING_NEVER_ANALYZE
 from tests.core.ringbed import BACKENDS, FIELDS, RingBed, ring_bed
@@ -180,6 +183,27 @@ def test_a_pop_waits_out_a_sweeper_to_take_a_due_retry(pg_bed: RingBed) -> None:
         assert numbers(pg_bed, 1) == [1]
     finally:
         timer.join()
+
+
+def test_a_pop_looks_again_when_a_sweeper_returned_the_retry_after_it_looked(
+    bed: RingBed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sweeper's return committed between the pop's look at the ring and the pop's own
+    # return: nothing was due any more and the lock was free, and a burst worker stopped with
+    # the retry in the ring. The push sequence ahead of the pop sequence now sends it back.
+    bed.queue.push(bed.ex, {"n": 1})
+    (m,) = bed.queue.pop_batch(bed.ex, 1)
+    assert bed.queue.fail(bed.ex, m, "boom", delay=dt.timedelta(0)) == {m.id: State.READY}
+    sweeper, take_all = bed.connect(), bed.queue._take_all
+
+    def then_the_sweeper(ex: Executor, *args: Any) -> tuple[int, list[Message]]:
+        taken = take_all(ex, *args)
+        if not taken[1]:
+            assert bed.queue.return_due(sweeper) == 1
+        return taken
+
+    monkeypatch.setattr(bed.queue, "_take_all", then_the_sweeper)
+    assert numbers(bed, 1) == [1]
 
 
 def test_a_pop_gives_up_on_a_held_lock_and_returns_nothing_due(pg_bed: RingBed) -> None:

@@ -563,6 +563,8 @@ FROM u;
 -- minus C or laps behind it; a slot a push in flight holds is skipped). Those that find no
 -- free slot stay aside (the ring is full) and their numbers become holes. `busy`: another
 -- sweeper held the queue's lock while messages were due, so this run returned none of them.
+-- `ahead`: pushers hold numbers no popper has claimed (messages may be in the ring: another
+-- sweeper's return, or a push, committed after the caller's pop looked).
 WITH {_sweep_lock}, f AS (
     SELECT * FROM {failed}
     WHERE (SELECT got FROM lock) AND state = {side_ready} AND run_at <= statement_timestamp()
@@ -590,7 +592,8 @@ WITH {_sweep_lock}, f AS (
 SELECT (SELECT count(*) FROM placed) AS placed, (SELECT count(*) FROM f) AS due,
        CASE WHEN (SELECT got FROM lock) THEN false ELSE EXISTS (
            SELECT 1 FROM {failed} WHERE state = {side_ready} AND run_at <= statement_timestamp()
-       ) END AS busy;
+       ) END AS busy,
+       {_push_next} > {_pop_next} AS ahead;
 
 -- ring_sweep_holes --
 -- Holes no popper marks (its popper died, or sits idle holding the claim). An empty slot is
