@@ -33,7 +33,8 @@ from dbqueue.ring.states import NumberRow, PopRow, SideRow
 
 
 class AckPopHead(NamedTuple):
-    """The first columns of every row of ``ring_ack_pop``: what its ack did."""
+    """The first columns of ``ring_ack_pop``'s rows: what its ack did (the count on every
+    row, the numbers on one)."""
 
     acked: int
     acked_ids: list[int] | None
@@ -104,7 +105,9 @@ class RingPop(RingBase):
             raise
         acked = 0
         if operation == "ack_pop":
-            head = AckPopHead._make(rows[0][:2])
+            # acked_ids is on one row (see _then_lease); acked on every row.
+            ids = next((r[1] for r in rows if r[1] is not None), None)
+            head = AckPopHead(rows[0][0], ids)
             acked = int(head.acked) + self._ack_aside(ex, params, head)
             rows = [columns_from(r, 2) for r in rows if r[2] is not None]
         messages = self._messages(ex, rows, leased=operation != "pop_remove")

@@ -128,6 +128,29 @@ def test_ack_pop_acks_and_leases_in_one_call(bed: RingBed) -> None:
     assert bed.queue.ack_pop(bed.ex, nxt, 2) == (2, [])
 
 
+def test_ack_pop_sends_the_acked_numbers_once_not_on_every_row(
+    pg_bed: RingBed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On every row, a batch of n sent n * n numbers: the worker's loop at 1,000 a batch ran
+    # 6x slower than at 100 (8 MB a statement).
+    ring = pg_bed.queue
+    ring.push_many(pg_bed.ex, [{"n": i} for i in range(4)])
+    first = ring.pop_batch(pg_bed.ex, 2)
+    results: list[list[Any]] = []
+    execute = pg_bed.ex.execute
+
+    def recorded(sql: str, params: Any) -> Any:
+        rows = execute(sql, params)
+        results.append(rows)
+        return rows
+
+    monkeypatch.setattr(pg_bed.ex, "execute", recorded)
+    acked, nxt = ring.ack_pop(pg_bed.ex, first, 2)
+    assert (acked, [m.payload["n"] for m in nxt]) == (2, [2, 3])
+    (rows,) = results
+    assert [sorted(r[1]) for r in rows if r[1] is not None] == [[m.id for m in first]]
+
+
 # -- leases, fencing, failures --------------------------------------------------------------
 
 

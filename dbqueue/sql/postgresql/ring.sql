@@ -349,8 +349,13 @@ SELECT seq AS number FROM a UNION ALL SELECT id FROM d;
 
 -- _then_lease --
 -- A fragment of ack_pop: the rows of the pop, after the first columns that tell the ack's
--- outcome (with nothing popped there is one row, its other columns NULL).
-SELECT (SELECT count(*) FROM a) AS acked, (SELECT array_agg(seq) FROM a) AS acked_ids, rows.*
+-- outcome (with nothing popped there is one row, its other columns NULL). The acked numbers
+-- go on one row only (the lowest number's): on every row, a batch of n sent n * n numbers,
+-- 8 MB for n = 1,000, and the worker's loop ran 6x slower at 1,000 than at 100 a batch.
+SELECT (SELECT count(*) FROM a) AS acked,
+       CASE WHEN rows.number IS NOT DISTINCT FROM (SELECT min(number) FROM rows)
+            THEN (SELECT array_agg(seq) FROM a) END AS acked_ids,
+       rows.*
 FROM (SELECT 1) AS one LEFT JOIN rows ON true
 
 -- ring_ack_pop --
