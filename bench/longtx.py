@@ -43,8 +43,10 @@ RECOVERY_SECONDS = 60.0
 #: Rates tried, in order, to find the highest one a system sustains (``max``), each for
 #: ``PROBE_SECONDS``: sustained means served >= ``SUSTAINED`` of the offered messages with a
 #: p99 under ``PROBE_P99`` (a queue falling behind has a growing backlog, hence latency).
-PROBE_RATES = (1500.0, 2000.0, 2500.0, 3000.0, 4000.0, 5000.0, 6000.0)
-PROBE_SECONDS = 15.0
+PROBE_RATES = (1500.0, 2000.0, 2500.0, 3000.0, 3500.0, 4000.0, 5000.0, 6000.0)
+#: 30 s: a 15-s probe accepted 4,000 msg/s for the split layout that its 60-s baseline then
+#: served at 0.965x (bench/reports/2026-11-26-longtx-2.md): the machine was past saturation.
+PROBE_SECONDS = 30.0
 SUSTAINED = 0.97
 PROBE_P99 = 0.1
 #: Every payload of the run: 300 characters (bench.systems.base.stamped).
