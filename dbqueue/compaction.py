@@ -61,8 +61,11 @@ if TYPE_CHECKING:
 #: How long compaction waits for its lock. While it waits, every statement on the queue waits
 #: behind it, so this is also the longest stall a compaction that does not get its lock causes.
 LOCK_TIMEOUT = dt.timedelta(milliseconds=20)
-#: A queue with more rows than this is not compacted (the copy would hold the lock long).
-MAX_ROWS = 20_000
+#: A queue with more rows than this is not compacted: the copy would hold the lock past the
+#: 100 ms a queue may stall. Measured on 2 cores, quiet (bench/reports/
+#: 2026-11-26-compaction-cost.md): 10,000 rows 54 ms (split) and 56 ms (ring), 20,000 rows
+#: 102 and 131 ms; under a loaded run a ring of 10,000 slots took 110 ms.
+MAX_ROWS = 12_000
 #: Compact once the tables have grown by this share of their compacted size (their live
 #: rows), and by at least ``MIN_GROWTH`` bytes: a compaction then copies at most about as many
 #: bytes as it gives back. At 0.15 a split queue with a backlog copied its backlog every
