@@ -111,6 +111,13 @@ def _run_at(env: BenchEnv, system: System, rate: float) -> tuple[list[Measuremen
     if start is not None and end is not None and after is not None and passed:
         extra["growth_per_message_byte"] = round(max(0, end - start) / (passed * MESSAGE_BYTES), 3)
         extra["after_recovery_vs_before"] = f"{after / start:.2f}x"
+        # The size at the hold's start is one sample of a size that rises and falls (vacuum,
+        # compactions): 40 KiB just after a compaction, 300 KiB a second later. The median
+        # of the baseline phase is the tables' working size without the held transaction.
+        working = timeline.median_before("hold_start")
+        if working:
+            extra["kib_baseline_median"] = _kib(working)
+            extra["after_recovery_vs_baseline"] = f"{after / working:.2f}x"
     extra["timeline"] = timeline.as_dict()
     out += held.measurements(system, rate, "held", extra)
     return out, none.served >= SUSTAINED * none.offered
@@ -233,6 +240,13 @@ class _Timeline:
 
     def mark(self, name: str) -> None:
         self.marks[name] = time.perf_counter() - self._t0
+
+    def median_before(self, mark: str) -> int | None:
+        """The median of the sizes sampled before ``mark`` (None if none was)."""
+        at = self.marks.get(mark)
+        with self._lock:
+            sizes = sorted(b for t, b in self.sizes if at is None or t < at)
+        return sizes[len(sizes) // 2] if sizes else None
 
     def stop(self) -> None:
         self._stop.set()

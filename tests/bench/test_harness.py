@@ -143,7 +143,7 @@ def test_the_long_transaction_workload(tmp_path: Path) -> None:
     (held,) = [r for r in ours if r["workload"] == "longtx_throughput" and r["params"][
         "long_transaction"] == "held"]  # fmt: skip
     extra = held["extra"]
-    for key in ("kib_fresh", "kib_before", "kib_end", "kib_after_recovery"):
+    for key in ("kib_fresh", "kib_before", "kib_baseline_median", "kib_end", "kib_after_recovery"):
         assert extra[key] > 0, key
     timeline = extra["timeline"]
     assert set(timeline["marks"]) == {"hold_start", "hold_end"}
