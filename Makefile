@@ -21,7 +21,7 @@ CHAOS_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo demo-spark test test-django52 test-sqlalchemy20 chaos bench bench-quick bench-sync-off bench-ring-storage bench-spark-archive bench-spark-push lint format typecheck check screenshots docs docs-serve clean distclean
+.PHONY: help venv demo demo-spark test test-django52 test-sqlalchemy20 chaos bench bench-quick bench-sync-off bench-ring-storage bench-compaction-cost bench-ring-partitions bench-spark-archive bench-spark-push lint format typecheck check screenshots docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -78,6 +78,9 @@ bench-ring-storage: venv ## Measure the ring table's fillfactor (50/70/90/100), 
 
 bench-compaction-cost: venv ## Measure how long compaction holds a queue's lock, by rows copied (about 3 minutes)
 	$(PY) -m bench.compaction_cost $(BENCH_ARGS)
+
+bench-ring-partitions: venv ## Measure the ring's hot paths with its slot table in 1, 2, 4, 8 partitions (about 6 minutes)
+	$(PY) -m bench.ring_partitions $(BENCH_ARGS)
 
 bench-spark-archive: venv ## Measure the Spark archive job on 1M done items (3 batch sizes), about 4 minutes
 	$(PY) -m bench.spark_archive $(BENCH_ARGS)

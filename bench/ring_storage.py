@@ -70,25 +70,26 @@ def merge(measurements: Iterable[Measurement]) -> list[Measurement]:
     return list(merged.values())
 
 
-def summary(results: list[Measurement], fillfactors: list[int]) -> list[str]:
-    """A table: one row per figure, one column per fillfactor, the best in bold."""
-    head = " | ".join(f"fillfactor {f}" for f in fillfactors)
+def summary(results: list[Measurement], columns: dict[str, str]) -> list[str]:
+    """A table: one row per figure, one column per candidate (``columns``: system name to
+    heading), the best in bold."""
+    systems = list(columns)
     lines = [
         "## Summary",
         "",
         "Medians; the best of each row in bold (size: lowest; the others: highest). "
         "HOT: the share of the soak's updates that were heap-only (in place, no index entry).",
         "",
-        f"| figure | parameters | unit | {head} |",
-        "|---|---|---|" + "---:|" * len(fillfactors),
+        f"| figure | parameters | unit | {' | '.join(columns.values())} |",
+        "|---|---|---|" + "---:|" * len(systems),
     ]
     by = {(m.system, m.key): m for m in results}
-    keys = [m.key for m in results if m.system == label(fillfactors[0])]
+    keys = [m.key for m in results if m.system == systems[0]]
     for key in keys:
         workload, _ = key
         if workload not in SUMMARY:
             continue
-        row = [by.get((label(f), key)) for f in fillfactors]
+        row = [by.get((system, key)) for system in systems]
         medians = [m.median for m in row if m is not None]
         best = (max if SUMMARY[workload] else min)(medians)
         cells = []
@@ -135,7 +136,8 @@ def main(argv: list[str]) -> int:
     names = [label(f) for f in fillfactors]
     meta = report.run_meta(env, started, names, time.perf_counter() - t0, None, code)
     out = args.out or RESULTS / f"{started:%Y-%m-%d}-ring-storage"
-    path = report.write(out, meta, results, summary(results, fillfactors))
+    columns = {label(f): f"fillfactor {f}" for f in fillfactors}
+    path = report.write(out, meta, results, summary(results, columns))
     print(f"report: {path} ({meta['seconds']} s)")
     return 0
 

@@ -16,6 +16,8 @@ from dbqueue import Field, FieldKind, QueueFull, QueueOptions, QueueSpec, RingQu
 from dbqueue.schema import create_ring_statements, drop_ring_statements
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from bench.env import BenchEnv
 
 RING_TABLE = "bench_ring"
@@ -65,6 +67,10 @@ class DBQueueRing(CoreSystem):
         #: A storage experiment's fillfactor for the slot table (bench/ring_storage.py);
         #: None keeps dbqueue.schema's.
         self.fillfactor: int | None = None
+        #: The segment experiment's slot table (bench/ring_partitions.py): its statements,
+        #: given the spec, instead of dbqueue.schema's; and the least capacity it wants.
+        self.create_statements: Callable[[QueueSpec], list[str]] | None = None
+        self.min_capacity = 0
 
     @classmethod
     def create(cls, env: BenchEnv) -> Self:
@@ -87,7 +93,7 @@ class DBQueueRing(CoreSystem):
         return self._queue
 
     def expect(self, depth: int) -> None:
-        self._capacity = ring_capacity(depth)
+        self._capacity = max(self.min_capacity, ring_capacity(depth))
 
     def install(self) -> None:
         self._capacity = self._capacity or MIN_CAPACITY
@@ -102,7 +108,8 @@ class DBQueueRing(CoreSystem):
     def _build(self) -> None:
         self._queue = None
         spec = self.queue.spec
-        self.run(create_ring_statements(spec, POSTGRESQL))
+        build = self.create_statements or (lambda s: create_ring_statements(s, POSTGRESQL))
+        self.run(build(spec))
         if self.fillfactor is not None:
             # After the slots are inserted, as dbqueue.schema sets RING_FILLFACTOR.
             self.run([f"ALTER TABLE {spec.table} SET (fillfactor = {self.fillfactor})"])

@@ -120,6 +120,14 @@ def test_every_system_through_the_quick_workloads(tmp_path: Path) -> None:
         assert (tmp_path / "all" / "charts" / f"{chart}.png").stat().st_size > 1000
 
 
+def test_the_ring_partitions_experiment(tmp_path: Path) -> None:
+    args = ("--partitions", "1,2", "--capacity", "2000", "--seconds", "0.2")
+    data = _bench(tmp_path / "partitions", *args, module="bench.ring_partitions")
+    systems = {r["system"] for r in data["results"] if r["workload"] == "pairs"}
+    assert systems == {"ring-plain", "ring-2-partitions"}
+    assert "| pairs | pairs=2, batch=1" in (tmp_path / "partitions" / "report.md").read_text()
+
+
 def test_the_ring_storage_experiment(tmp_path: Path) -> None:
     args = ("--fillfactors", "90", "--pairs", "1", "--seconds", "0.2", "--messages", "2000")
     data = _bench(tmp_path / "storage", *args, module="bench.ring_storage")
