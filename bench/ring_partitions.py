@@ -24,7 +24,7 @@ from pathlib import Path
 from bench import env as bench_env
 from bench import report, workloads
 from bench.measure import Measurement
-from bench.ring_storage import merge, summary
+from bench.ring_storage import experiment_parser, summary, take_turns
 from bench.systems.dbqueue_core import POSTGRESQL
 from bench.systems.dbqueue_ring import DBQueueRing
 from dbqueue import QueueSpec
@@ -34,13 +34,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.ring_partitions", description=__doc__)
+    p = experiment_parser("bench.ring_partitions", __doc__, 5.0)
     p.add_argument("--partitions", default="1,2,4,8", help="candidates (1: no partitioning)")
     p.add_argument("--capacity", type=int, default=24_000, help="the ring's slots")
-    p.add_argument("--repeat", type=int, default=3, help="runs per figure (median reported)")
-    p.add_argument("--pairs", type=int, default=2, help="client pairs")
-    p.add_argument("--seconds", type=float, default=5.0, help="seconds per pairs figure")
-    p.add_argument("--out", type=Path, help="output folder (default bench/results/<date>-...)")
     return p.parse_args(argv)
 
 
@@ -99,17 +95,13 @@ def main(argv: list[str]) -> int:
     code = report.source()
     system = DBQueueRing.create(env)
     system.min_capacity = args.capacity
-    found: list[Measurement] = []
-    try:
-        for rep in range(args.repeat):
-            for partitions in candidates:
-                step = time.perf_counter()
-                found += measure_once(env, system, partitions, args.pairs, args.seconds)
-                took = time.perf_counter() - step
-                print(f"run {rep + 1}: {label(partitions)} {took:.1f} s", flush=True)
-    finally:
-        system.close()
-    results = merge(found)
+    results = take_turns(
+        system,
+        candidates,
+        args.repeat,
+        lambda k: measure_once(env, system, k, args.pairs, args.seconds),
+        label,
+    )
     env.repeat = env.process_repeat = args.repeat
     env.notes.append(
         f"ring partitions experiment: a ring of {args.capacity:,} slots, its slot table as "

@@ -15,7 +15,7 @@ import argparse
 import datetime as dt
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +29,21 @@ RESULTS = Path(__file__).resolve().parent / "results"
 SUMMARY = {"pairs": True, "bloat_churn_rate": True, "bloat_size": False, "bloat_hot_updates": True}
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.ring_storage", description=__doc__)
-    p.add_argument("--fillfactors", default="50,70,90,100", help="candidates, comma-separated")
+def experiment_parser(module: str, doc: str | None, seconds: float) -> argparse.ArgumentParser:
+    """The options every ring experiment takes: repetitions, client pairs, seconds per pairs
+    figure (default ``seconds``), the output folder."""
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc)
     p.add_argument("--repeat", type=int, default=3, help="runs per figure (median reported)")
-    p.add_argument("--pairs", type=int, default=2, help="client pairs of the cycles")
-    p.add_argument("--seconds", type=float, default=2.0, help="seconds per cycles figure")
-    p.add_argument("--messages", type=int, default=200_000, help="messages per bloat soak")
+    p.add_argument("--pairs", type=int, default=2, help="client pairs")
+    p.add_argument("--seconds", type=float, default=seconds, help="seconds per pairs figure")
     p.add_argument("--out", type=Path, help="output folder (default bench/results/<date>-...)")
+    return p
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = experiment_parser("bench.ring_storage", __doc__, 2.0)
+    p.add_argument("--fillfactors", default="50,70,90,100", help="candidates, comma-separated")
+    p.add_argument("--messages", type=int, default=200_000, help="messages per bloat soak")
     return p.parse_args(argv)
 
 
@@ -68,6 +75,28 @@ def merge(measurements: Iterable[Measurement]) -> list[Measurement]:
         else:
             known.runs += m.runs
     return list(merged.values())
+
+
+def take_turns[C](
+    system: DBQueueRing,
+    candidates: list[C],
+    repeat: int,
+    measure: Callable[[C], list[Measurement]],
+    name: Callable[[C], str],
+) -> list[Measurement]:
+    """Measure every candidate once per repetition, the candidates taking turns (a drift of
+    the shared machine falls on all of them alike); the runs merged. Closes ``system``."""
+    found: list[Measurement] = []
+    try:
+        for rep in range(repeat):
+            for candidate in candidates:
+                step = time.perf_counter()
+                found += measure(candidate)
+                took = time.perf_counter() - step
+                print(f"run {rep + 1}: {name(candidate)} {took:.1f} s", flush=True)
+    finally:
+        system.close()
+    return merge(found)
 
 
 def summary(results: list[Measurement], columns: dict[str, str]) -> list[str]:
@@ -115,17 +144,13 @@ def main(argv: list[str]) -> int:
     started, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
     code = report.source()
     system = DBQueueRing.create(env)
-    found: list[Measurement] = []
-    try:
-        for rep in range(args.repeat):
-            for fillfactor in fillfactors:
-                step = time.perf_counter()
-                found += measure_once(env, system, fillfactor, args.pairs, args.seconds)
-                took = time.perf_counter() - step
-                print(f"run {rep + 1}: fillfactor {fillfactor} {took:.1f} s", flush=True)
-    finally:
-        system.close()
-    results = merge(found)
+    results = take_turns(
+        system,
+        fillfactors,
+        args.repeat,
+        lambda f: measure_once(env, system, f, args.pairs, args.seconds),
+        label,
+    )
     env.repeat = env.process_repeat = args.repeat
     env.notes.append(
         f"ring storage experiment: fillfactor {', '.join(map(str, fillfactors))} set after the "
