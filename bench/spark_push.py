@@ -28,6 +28,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,7 @@ def systems(args: argparse.Namespace, spark: Any, dsn: str) -> dict[str, System]
         out[f"split Spark write ({parts} partitions)"] = (
             split,
             args.rows,
-            lambda parts=parts: spark_write(spark, dsn, split, args.rows, parts),
+            partial(spark_write, spark, dsn, split, args.rows, parts),
         )
     out[f"ring push_many (batch {args.batch:,})"] = (
         ring,
