@@ -224,9 +224,10 @@ UNION ALL
 
 -- _missed --
 -- ... then one per claim not taken: its number only (the hot path; the popper keeps the claim
--- and looks at its slot at its next pop)...
+-- and looks at its slot at its next pop)... (An anti-join: `<> ALL(ARRAY(...))` compared each
+-- claim with every number taken, n * n for a pop of n, 6 ms at 2,000.)
 SELECT c.q, false, NULL, NULL, NULL, NULL, NULL, NULL{null_payload}
-FROM c WHERE c.q <> ALL(ARRAY(SELECT seq FROM u))
+FROM c WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.seq = c.q)
 
 -- _missed_slots --
 -- ... or with its slot as it is now: the popper keeps waiting for the message, or drops the
