@@ -339,24 +339,25 @@ def run(pg_dsn: str, table_name: str, tmp_path: Path) -> Iterator[Run]:
         r.close()
 
 
-def kill_now_and_then(
-    run: Run, victims: Callable[[], list[Proc]], kills: int, every: tuple[float, float]
+def kill_as_it_goes(
+    run: Run, victims: Callable[[], list[Proc]], kills: int, progress: str, total: int
 ) -> Callable[[], None]:
-    """A tick function for :meth:`Run.wait_for`: up to ``kills`` times, ``every`` seconds
-    (uniformly random within the bounds), kill -9 a random victim that has been running for a
-    second at least, and start its replacement."""
-    state = {"next": time.monotonic() + run.rng.uniform(*every), "left": kills}
+    """A tick function for :meth:`Run.wait_for`: ``kills`` times, spread evenly over the run's
+    progress (the count ``progress`` queries, out of ``total``: the last kill at about 90%),
+    kill -9 a random victim that has been running for half a second at least, and start its
+    replacement. By progress, not by the clock: kills every 1-2 s left a run that the ring's
+    speed-ups had brought down to 4 s with fewer kills than the tests assert."""
+    marks = [total * (i + 1) // (kills + 1) * 9 // 10 for i in range(kills)]
 
     def tick() -> None:
-        if state["left"] <= 0 or time.monotonic() < state["next"]:
+        if not marks or run.scalar(progress) < marks[0]:
             return
         now = time.monotonic()
-        ready = [p for p in victims() if now - p.started >= 1.0]
+        ready = [p for p in victims() if now - p.started >= 0.5]
         if not ready:
             return
         run.replace(run.rng.choice(ready))
-        state["left"] -= 1
-        state["next"] = now + run.rng.uniform(*every)
+        marks.pop(0)
 
     return tick
 
@@ -375,7 +376,8 @@ def test_at_least_once_poppers_killed_lose_nothing(
     total, pushers, poppers, kills = 100_000, 4, 4, 8
     began = time.monotonic()
     start(run, total, pushers, [DeliveryMode.AT_LEAST_ONCE] * poppers, in_transaction=False)
-    tick = kill_now_and_then(run, lambda: run.live("pop"), kills, (0.8, 2.0))
+    acked = "SELECT count(*) FROM {acked}"
+    tick = kill_as_it_goes(run, lambda: run.live("pop"), kills, acked, total)
     run.wait_for(
         lambda: not run.live("push") and run.scalar("SELECT count(*) FROM {acked}") >= total,
         f"all {total} messages are acked",
@@ -434,11 +436,15 @@ def test_transactional_and_at_most_once_deliver_exactly_once_despite_kills(
     began = time.monotonic()
     poppers = [DeliveryMode.TRANSACTIONAL] * 2 + [DeliveryMode.AT_MOST_ONCE] * 2
     start(run, total, pushers, poppers, in_transaction=True)
-    # Kills every 0.5-1.5 s: on a fast machine the whole run takes 5 s, and kills every 1-3 s
-    # (pushers) and 1-2 s (poppers) left it with fewer kills than it asserts (2 of 3 runs).
-    kill_pushers = kill_now_and_then(run, lambda: run.live("push"), 4, (0.5, 1.5))
-    kill_poppers = kill_now_and_then(
-        run, lambda: run.live("pop", DeliveryMode.TRANSACTIONAL.value), 6, (0.5, 1.0)
+    kill_pushers = kill_as_it_goes(
+        run, lambda: run.live("push"), 4, "SELECT count(*) FROM {pushed}", total
+    )
+    kill_poppers = kill_as_it_goes(
+        run,
+        lambda: run.live("pop", DeliveryMode.TRANSACTIONAL.value),
+        6,
+        "SELECT count(*) FROM {seen}",
+        total,
     )
 
     def tick() -> None:
