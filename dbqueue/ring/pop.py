@@ -105,10 +105,11 @@ class RingPop(RingBase):
             raise
         acked = 0
         if operation == "ack_pop":
-            # acked_ids is on one row (see _then_lease); acked on every row.
-            ids = next((r[1] for r in rows if r[1] is not None), None)
-            head = AckPopHead(rows[0][0], ids)
-            acked = int(head.acked) + self._ack_aside(ex, params, head)
+            acked = int(rows[0][0])
+            if acked < len(params["ids"]):  # a pusher moved some of the batch aside
+                # acked_ids is on one row (see _then_lease); acked on every row.
+                ids = next((r[1] for r in rows if r[1] is not None), None)
+                acked += self._ack_aside(ex, params, AckPopHead(acked, ids))
             rows = [columns_from(r, 2) for r in rows if r[2] is not None]
         messages = self._messages(ex, rows, leased=operation != "pop_remove")
         return acked, messages, self._keep_claims(ex, rows, held, looked=bool(held))

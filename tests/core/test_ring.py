@@ -128,6 +128,17 @@ def test_ack_pop_acks_and_leases_in_one_call(bed: RingBed) -> None:
     assert bed.queue.ack_pop(bed.ex, nxt, 2) == (2, [])
 
 
+def test_ack_pop_acks_leases_a_pusher_moved_aside(bed: RingBed) -> None:
+    bed.queue.push_many(bed.ex, [{"n": i} for i in range(4)])
+    leased = bed.queue.pop_batch(bed.ex, 2)
+    bed.queue.ack(bed.ex, bed.queue.pop_batch(bed.ex, 2))
+    bed.queue.push_many(bed.ex, [{"n": 4}, {"n": 5}])  # their slots hold the two leases
+    assert sorted(n for n, _ in bed.aside()) == sorted(m.id for m in leased)
+    acked, nxt = bed.queue.ack_pop(bed.ex, leased, 2)
+    assert (acked, [m.payload["n"] for m in nxt]) == (2, [4, 5])
+    assert bed.aside() == []
+
+
 def test_ack_pop_sends_the_acked_numbers_once_not_on_every_row(
     pg_bed: RingBed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
