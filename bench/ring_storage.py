@@ -22,7 +22,9 @@ from typing import Any
 from bench import env as bench_env
 from bench import report, soak, workloads
 from bench.measure import Measurement, params_text
+from bench.systems.dbqueue_core import POSTGRESQL
 from bench.systems.dbqueue_ring import DBQueueRing
+from dbqueue.schema import create_ring_statements
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The figures of the summary: workload, and whether higher is better.
@@ -55,7 +57,11 @@ def measure_once(
     env: bench_env.BenchEnv, system: DBQueueRing, fillfactor: int, pairs: int, seconds: float
 ) -> list[Measurement]:
     """One run of every figure with the slot table at ``fillfactor``."""
-    system.fillfactor = fillfactor
+    # After the slots are inserted, as dbqueue.schema sets RING_FILLFACTOR.
+    system.create_statements = lambda spec: [
+        *create_ring_statements(spec, POSTGRESQL),
+        f"ALTER TABLE {spec.table} SET (fillfactor = {fillfactor})",
+    ]
     found = workloads.run_pairs(
         env, system, (pairs,), workloads.PAIR_BATCHES, ("on", "off"), seconds
     )

@@ -64,11 +64,9 @@ class DBQueueRing(CoreSystem):
         super().__init__(dsn)
         self._capacity: int | None = None
         self._queue: RingQueue | None = None
-        #: A storage experiment's fillfactor for the slot table (bench/ring_storage.py);
-        #: None keeps dbqueue.schema's.
-        self.fillfactor: int | None = None
-        #: The segment experiment's slot table (bench/ring_partitions.py): its statements,
-        #: given the spec, instead of dbqueue.schema's; and the least capacity it wants.
+        #: An experiment's statements for the ring, given its spec, instead of
+        #: dbqueue.schema's (bench/ring_storage.py: another fillfactor; bench/
+        #: ring_partitions.py: a partitioned slot table); and the least capacity it wants.
         self.create_statements: Callable[[QueueSpec], list[str]] | None = None
         self.min_capacity = 0
 
@@ -110,9 +108,6 @@ class DBQueueRing(CoreSystem):
         spec = self.queue.spec
         build = self.create_statements or (lambda s: create_ring_statements(s, POSTGRESQL))
         self.run(build(spec))
-        if self.fillfactor is not None:
-            # After the slots are inserted, as dbqueue.schema sets RING_FILLFACTOR.
-            self.run([f"ALTER TABLE {spec.table} SET (fillfactor = {self.fillfactor})"])
 
     def push_batch(self, n: int, batch: int) -> None:
         """A batch push that meets a full ring is reported on stderr, not fatal: the run goes
