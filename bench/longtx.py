@@ -230,8 +230,10 @@ class _Timeline:
             return None
         with self._lock:
             row = self._conn.execute(
-                "SELECT sum(pg_total_relation_size(t::regclass))::bigint "
-                "FROM unnest(%s::text[]) AS t",
+                # A table and, if it is partitioned (a ring of many slots), its partitions.
+                "SELECT sum(pg_total_relation_size(r))::bigint FROM unnest(%s::text[]) AS t, "
+                "LATERAL (SELECT t::regclass AS r UNION ALL "
+                "SELECT p.relid FROM pg_partition_tree(t::regclass) AS p WHERE p.isleaf) AS x",
                 (self._tables,),
             ).fetchone()
             size = int(row[0]) if row and row[0] is not None else 0

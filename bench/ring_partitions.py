@@ -28,7 +28,11 @@ from bench.ring_storage import experiment_parser, summary, take_turns
 from bench.systems.dbqueue_core import POSTGRESQL
 from bench.systems.dbqueue_ring import DBQueueRing
 from dbqueue import QueueSpec
-from dbqueue.schema import create_ring_statements, ring_tuning_statements
+from dbqueue.schema import (
+    create_ring_statements,
+    ring_segments_statement,
+    ring_tuning_statements,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -45,29 +49,26 @@ def label(partitions: int) -> str:
 
 
 def partitioned_statements(spec: QueueSpec, partitions: int) -> list[str]:
-    """dbqueue.schema's statements for ``spec``, the slot table partitioned by slot range
-    into ``partitions`` tables, each with the ring's storage parameters (a partitioned table
-    takes none itself). 1: the statements unchanged."""
-    statements = create_ring_statements(spec, POSTGRESQL)
-    if partitions == 1:
-        return statements
+    """dbqueue.schema's statements for ``spec``, the slot table split by slot range into
+    ``partitions`` segments whatever its capacity (1: one table), each segment with the
+    ring's storage parameters (a partitioned table takes none itself)."""
     capacity = spec.options.capacity
     assert capacity is not None
+    bounds = [] if partitions == 1 else [capacity * i // partitions for i in range(partitions + 1)]
+    tuning = set(ring_tuning_statements(spec, POSTGRESQL))
+    (plain,) = ring_tuning_statements(spec, POSTGRESQL, plain=True)
     ring = POSTGRESQL.quote(spec.table)
-    (tuning,) = ring_tuning_statements(spec, POSTGRESQL)
     out: list[str] = []
-    for statement in statements:
-        if statement == tuning:
-            continue  # set on each partition below
-        if statement.startswith(f"CREATE TABLE {ring} "):
-            # The primary key is the partition key: PostgreSQL accepts it on the parent.
-            out.append(f"{statement} PARTITION BY RANGE (slot)")
-            bounds = [capacity * i // partitions for i in range(partitions + 1)]
-            for i in range(partitions):
-                part = POSTGRESQL.quote(f"{spec.table}_p{i}")
-                out.append(f"CREATE TABLE {part} PARTITION OF {ring} "
-                           f"FOR VALUES FROM ({bounds[i]}) TO ({bounds[i + 1]})")  # fmt: skip
-                out.append(tuning.replace(f"ALTER TABLE {ring} ", f"ALTER TABLE {part} ", 1))
+    for statement in create_ring_statements(spec, POSTGRESQL):
+        if statement in tuning:
+            continue  # set on each table that stores slots, below
+        if statement.startswith("DO $$") and "PARTITION BY RANGE (slot)" in statement:
+            out.append(ring_segments_statement(spec, POSTGRESQL, bounds))
+            for i in range(partitions if bounds else 0):
+                part = POSTGRESQL.quote(spec.segment_table(i))
+                out.append(plain.replace(f"ALTER TABLE {ring} ", f"ALTER TABLE {part} ", 1))
+            if not bounds:
+                out.append(plain)
             continue
         out.append(statement)
     return out

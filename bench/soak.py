@@ -28,12 +28,14 @@ def _table_counters(system: System) -> tuple[int, int, int, int]:
     with psycopg.connect(system.dsn) as conn:
         size = dead = updates = hot = 0
         for table in system.tables:
+            # The table and, if it is partitioned (a ring of many slots), its partitions.
             row = conn.execute(
-                "SELECT pg_total_relation_size(c.oid), coalesce(s.n_dead_tup, 0), "
-                "coalesce(s.n_tup_upd, 0), coalesce(s.n_tup_hot_upd, 0) "
+                "SELECT sum(pg_total_relation_size(c.oid)), sum(coalesce(s.n_dead_tup, 0)), "
+                "sum(coalesce(s.n_tup_upd, 0)), sum(coalesce(s.n_tup_hot_upd, 0)) "
                 "FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
-                "WHERE c.oid = %s::regclass",
-                (table,),
+                "WHERE c.oid = %(t)s::regclass OR c.oid IN "
+                "(SELECT relid FROM pg_partition_tree(%(t)s::regclass) WHERE isleaf)",
+                {"t": table},
             ).fetchone()
             assert row is not None
             size, dead = size + int(row[0]), dead + int(row[1])

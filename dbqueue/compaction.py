@@ -37,9 +37,12 @@ What it cannot do:
   repeatable-read reader takes the queue's lock before its snapshot (``LOCK TABLE ... IN
   ACCESS SHARE MODE`` first, as dbqueue's Spark reader does).
 - A split queue with more than ``MAX_ROWS`` rows (a backlog, or done items kept by
-  ``keep_done``), or a ring of more slots, is not compacted: the copy would hold the lock too
-  long. A ring's side table (failed messages, and those waiting aside) is compacted with its
-  slots while both together fit in ``MAX_ROWS``; past that, the slots alone.
+  ``keep_done``) is not compacted: the copy would hold the lock too long. A ring of more
+  slots keeps them in segments (:func:`dbqueue.schema.ring_segment_bounds`), compacted one
+  after the other, each in a transaction of its own; a ring whose segments are larger still
+  (more than ``dbqueue.schema.MAX_SEGMENTS`` times ``MAX_ROWS`` slots) is not compacted. A ring's side
+  table (failed messages, and those waiting aside) is compacted with its last slots while
+  both together fit in ``MAX_ROWS``, else on its own while it fits.
 - SQLite rewrites pages in place and keeps no old versions: nothing to compact there.
 """
 
@@ -48,7 +51,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dbqueue.errors import QueueUnavailable, TransactionStateError
 from dbqueue.executor import Executor
@@ -88,11 +91,20 @@ BUSY = "another process is compacting it"
 _LOCKED, _NOT_ALLOWED = "55P03", "42501"
 
 
+#: One statement of a compaction: the layout's operation and its parameters.
+Step = tuple[str, dict[str, Any]]
+#: What a compaction runs (see ``Layout.compaction_plan``): transactions of steps, one after
+#: the other, each holding its lock only while it copies its own tables.
+Plan = list[tuple[Step, ...]]
+
+
 @dataclass(frozen=True, slots=True)
 class CompactResult:
     """What :func:`compact` did: whether it rewrote the tables, their bytes before and after
-    (tables, indexes and TOAST), how long its transaction took (waiting for the lock, then
-    holding it), and why it did not run, if it did not."""
+    (tables, indexes and TOAST), how long its longest transaction took (waiting for its
+    lock, then holding it: the longest the queue's statements waited for it), and why it
+    did not run, if it did not (a compaction in several transactions that stops part way
+    reports that it did not)."""
 
     compacted: bool
     size_before: int
@@ -122,34 +134,35 @@ def compact(
     table = layout.spec.table
     if before is None:
         before = size(layout, ex)
-    steps = layout.compaction_steps(ex, MAX_ROWS)
-    if not steps:
+    plan = layout.compaction_plan(ex, MAX_ROWS)
+    if not plan:
         return CompactResult(
             False, before, before, skipped=f"more than {MAX_ROWS} rows to copy under the lock"
         )
     ms = max(1, round(lock_timeout.total_seconds() * 1000))
     claim = {"lock_timeout": f"{ms}ms", "compact_key": advisory_key(f"dbqueue-compact:{table}")}
-    start = time.monotonic()
-    try:
-        with ex.atomic():
-            if not layout._run(ex, "compact_claim", claim)[0][1]:
-                return CompactResult(False, before, before, skipped=BUSY)
-            for step in steps:
-                layout._run(ex, step, {})
-    except QueueUnavailable as exc:
-        if sqlstate(exc) != _LOCKED:
-            raise
-        return CompactResult(
-            False, before, before, time.monotonic() - start, f"lock not granted in {ms} ms"
-        )
-    except Exception as exc:
-        if sqlstate(exc) != _NOT_ALLOWED:
-            raise
-        return CompactResult(
-            False, before, before, skipped=f"the database role may not TRUNCATE it ({exc})"
-        )
-    seconds = time.monotonic() - start
-    return CompactResult(True, before, size(layout, ex), seconds)
+    longest = 0.0
+    for steps in plan:
+        start = time.monotonic()
+        try:
+            with ex.atomic():
+                if not layout._run(ex, "compact_claim", claim)[0][1]:
+                    return CompactResult(False, before, before, longest, BUSY)
+                for operation, params in steps:
+                    layout._run(ex, operation, params)
+        except QueueUnavailable as exc:
+            if sqlstate(exc) != _LOCKED:
+                raise
+            waited = max(longest, time.monotonic() - start)
+            return CompactResult(False, before, before, waited, f"lock not granted in {ms} ms")
+        except Exception as exc:
+            if sqlstate(exc) != _NOT_ALLOWED:
+                raise
+            return CompactResult(
+                False, before, before, skipped=f"the database role may not TRUNCATE it ({exc})"
+            )
+        longest = max(longest, time.monotonic() - start)
+    return CompactResult(True, before, size(layout, ex), longest)
 
 
 def size(layout: Layout, ex: Executor) -> int:

@@ -588,11 +588,12 @@ class Layout:
         (the worker's maintenance calls it every second or so); None if it was not due."""
         return compaction.compact_if_grown(self, ex, self._growth)
 
-    def compaction_steps(self, ex: Executor, limit: int) -> tuple[str, ...]:
-        """The statements a compaction runs in its transaction (see :mod:`dbqueue.compaction`):
-        none if it would copy more than ``limit`` rows under its lock."""
+    def compaction_plan(self, ex: Executor, limit: int) -> compaction.Plan:
+        """What a compaction runs (see :mod:`dbqueue.compaction`): one transaction copying
+        the queue's rows; nothing if that would copy more than ``limit`` rows under its
+        lock."""
         live = int(self._run(ex, "live", {"n": limit + 1})[0][0])
-        return ("compact",) if live <= limit else ()
+        return [(("compact", {}),)] if live <= limit else []
 
     def extend(
         self, ex: Executor, items: TokenLike, *, lease: dt.timedelta | None = None

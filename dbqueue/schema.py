@@ -3,6 +3,9 @@ Django migrations or SQLAlchemy metadata; a parity test checks they all agree)."
 
 from __future__ import annotations
 
+from itertools import pairwise
+
+from dbqueue.compaction import MAX_ROWS
 from dbqueue.dialects.base import Dialect
 from dbqueue.errors import InvalidSpec
 from dbqueue.message import State
@@ -153,6 +156,7 @@ def ring_slot_statements(spec: QueueSpec, dialect: Dialect, *, start: int = 0) -
         return [
             f"CREATE SEQUENCE {q(spec.push_seq)} AS bigint MINVALUE 0 START {first}",
             f"CREATE SEQUENCE {q(spec.pop_seq)} AS bigint MINVALUE 0 START {first}",
+            ring_segments_statement(spec, dialect, ring_segment_bounds(capacity)),
             # Before the slots are inserted: the INSERT then leaves each page's free space for
             # the updates (set afterwards, the pages are full and the first lap's updates
             # cannot be HOT).
@@ -188,18 +192,125 @@ def ring_slot_statements(spec: QueueSpec, dialect: Dialect, *, start: int = 0) -
 RING_NEVER_ANALYZE = 2_147_483_647
 
 
-def ring_tuning_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
-    """Storage parameters of a ring table (PostgreSQL), see :data:`RING_FILLFACTOR` and
-    :data:`RING_NEVER_ANALYZE`."""
+def ring_tuning_statements(spec: QueueSpec, dialect: Dialect, *, plain: bool = False) -> list[str]:
+    """Storage parameters of a ring's slots (PostgreSQL), see :data:`RING_FILLFACTOR` and
+    :data:`RING_NEVER_ANALYZE`: set on each segment of a ring of many slots (see
+    :func:`ring_segment_bounds`; a partitioned table takes none itself), else on the slot
+    table, and on the slot table in any case if ``plain``."""
     if not dialect.supports_storage_parameters:
         return []
+    tables = [(spec.table, spec.options.capacity or 0)] if plain else ring_storage_tables(spec)
     return [
-        f"ALTER TABLE {dialect.quote(spec.table)} SET (fillfactor = {RING_FILLFACTOR}, "
+        f"ALTER TABLE {dialect.quote(table)} SET (fillfactor = {RING_FILLFACTOR}, "
         f"autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = "
-        f"{max(1000, spec.options.capacity or 0)}, autovacuum_vacuum_cost_delay = 0, "
+        f"{max(1000, slots)}, autovacuum_vacuum_cost_delay = 0, "
         f"autovacuum_analyze_scale_factor = 0, "
         f"autovacuum_analyze_threshold = {RING_NEVER_ANALYZE})"
+        for table, slots in tables
     ]
+
+
+def ring_storage_tables(spec: QueueSpec) -> list[tuple[str, int]]:
+    """The tables that store a ring's slots, each with its slot count: its segments (see
+    :func:`ring_segment_bounds`), or the slot table itself."""
+    capacity = spec.options.capacity or 0
+    bounds = ring_segment_bounds(capacity)
+    if not bounds:
+        return [(spec.table, capacity)]
+    return [(spec.segment_table(i), hi - lo) for i, (lo, hi) in enumerate(pairwise(bounds))]
+
+
+#: The most segments a ring's slot table is split into (see :func:`ring_segment_bounds`).
+#: Every hot statement plans over the segments and locks each of them, so each one costs the
+#: hot paths a little (bench/reports/2026-11-27-ring-partitions.md, 24,000 slots, 2 client
+#: pairs: 2 partitions ran at 0.89-0.92x of one table's rate, 4 at 0.91-0.95x, 8 at
+#: 0.83-0.94x); 8 segments of ``MAX_ROWS`` make 96,000 slots compactable.
+MAX_SEGMENTS = 8
+
+
+def ring_segment_bounds(capacity: int) -> list[int]:
+    """Where a ring's segments begin, and its capacity after the last one; ``[]`` for a ring
+    whose slots live in one table.
+
+    A long transaction makes every slot update leave a dead version behind, and compaction
+    (:mod:`dbqueue.compaction`) gives them back by copying the slots out and back under a
+    lock that must stay short: it copies no more than ``MAX_ROWS`` rows at a time. A ring of
+    more slots is therefore a table partitioned by slot range into as few segments as keep
+    each within that (at most :data:`MAX_SEGMENTS`), and compaction takes one segment at a
+    time, each in a transaction of its own. The hot statements are the same SQL either way:
+    PostgreSQL routes each slot to its segment."""
+    if capacity <= MAX_ROWS:
+        return []
+    n = min(MAX_SEGMENTS, -(-capacity // MAX_ROWS))
+    return [capacity * i // n for i in range(n + 1)]
+
+
+def ring_segments_statement(spec: QueueSpec, dialect: Dialect, bounds: list[int]) -> str:
+    """A PostgreSQL block giving an empty slot table the segments of ``bounds`` (see
+    :func:`ring_segment_bounds`; ``[]``: one plain table): what a migration runs before it
+    preallocates the slots, whatever segments the table had.
+
+    PostgreSQL cannot turn a table into a partitioned one, so the block renames the table
+    aside, creates its twin under the same name (columns, defaults, check constraints), drops
+    the old one, and gives the twin the old one's constraints and indexes by their names
+    (what Django and Alembic migrations refer to them by), then creates the segments, named
+    ``<table>_s0``, ``<table>_s1``... A table that already has the wanted form only gets its
+    segments made again. Privileges granted on the table, its triggers and policies are not
+    carried over to the twin."""
+    q = dialect.quote
+    ring = q(spec.table)
+    wanted = "true" if bounds else "false"
+    array = f"ARRAY[{', '.join(str(b) for b in bounds)}]::integer[]"
+    # No percent sign in the block: drivers given parameters read it as a placeholder.
+    return f"""DO $$
+DECLARE
+    ring regclass := '{ring}'::regclass;
+    bounds integer[] := {array};
+    partitioned boolean := (SELECT c.relkind = 'p' FROM pg_class AS c WHERE c.oid = ring);
+    segment regclass;
+    definitions text[];
+    definition text;
+BEGIN
+    FOR segment IN SELECT t.relid FROM pg_partition_tree(ring) AS t WHERE t.level = 1 LOOP
+        EXECUTE 'DROP TABLE ' || segment;
+    END LOOP;
+    IF partitioned <> {wanted} THEN
+        definitions := ARRAY(
+            SELECT 'ALTER TABLE {ring} ADD CONSTRAINT ' || quote_ident(c.conname) || ' '
+                   || pg_get_constraintdef(c.oid)
+            FROM pg_constraint AS c
+            WHERE c.conrelid = ring AND c.contype IN ('p', 'u', 'x', 'f')
+            ORDER BY c.contype = 'f', c.conname
+        ) || ARRAY(
+            SELECT pg_get_indexdef(i.indexrelid) FROM pg_index AS i
+            WHERE i.indrelid = ring AND NOT EXISTS (
+                SELECT FROM pg_constraint AS c WHERE c.conrelid = ring AND c.conindid = i.indexrelid
+            )
+        );
+        EXECUTE 'ALTER TABLE {ring} RENAME TO {q(spec.index_name("reshaped"))}';
+        EXECUTE 'CREATE TABLE {ring} (LIKE ' || ring || ' INCLUDING ALL EXCLUDING INDEXES)'
+                || CASE WHEN {wanted} THEN ' PARTITION BY RANGE (slot)' ELSE '' END;
+        EXECUTE 'DROP TABLE ' || ring;
+        FOREACH definition IN ARRAY definitions LOOP
+            EXECUTE definition;
+        END LOOP;
+    END IF;
+    FOR i IN 1 .. cardinality(bounds) - 1 LOOP
+        EXECUTE 'CREATE TABLE ' || quote_ident('{spec.table}_s' || (i - 1))
+                || ' PARTITION OF {ring} FOR VALUES FROM (' || bounds[i] || ') TO ('
+                || bounds[i + 1] || ')';
+    END LOOP;
+END
+$$"""
+
+
+def ring_plain_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
+    """The statements that take an empty ring's slot table back to one table, out of its
+    segments if it had any (PostgreSQL; nothing elsewhere): what a migration that takes the
+    slots away runs."""
+    if not dialect.supports_storage_parameters:
+        return []
+    return [ring_segments_statement(spec, dialect, [])]
 
 
 def drop_ring_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:

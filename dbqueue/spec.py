@@ -316,6 +316,11 @@ class QueueSpec:
         """Where a Spark write stages its rows before publishing them (dbqueue.spark)."""
         return f"{self.table}_stage"
 
+    def segment_table(self, i: int) -> str:
+        """Ring queues of many slots: the table of the ``i``-th segment of the slots (see
+        :func:`dbqueue.schema.ring_segment_bounds`)."""
+        return f"{self.table}_s{i}"
+
     @property
     def push_seq(self) -> str:
         """Ring queues: the sequence that numbers pushes."""

@@ -7,7 +7,10 @@ operation. So ``RingQueueModel`` adds this index to the model's ``Meta.indexes``
 
 * its SQL is the core's (:func:`dbqueue.schema.ring_slot_statements`): the counters (PostgreSQL
   sequences, SQLite one-row tables), the slot rows, and the storage parameters (PostgreSQL) or
-  the index on ``seq`` (SQLite, where it is this very index);
+  the index on ``seq`` (SQLite, where it is this very index); on PostgreSQL a ring of more
+  than 12,000 slots first has its table split into segments
+  (:func:`dbqueue.schema.ring_segment_bounds`), and removing the slots makes it one table
+  again;
 * it deconstructs with its ``capacity``, so changing the capacity makes the autodetector write
   ``RemoveIndex`` + ``AddIndex``: the old slots are removed (only from an empty ring, else
   :class:`RingNotEmpty`) and the new ones preallocated, their numbers continuing above every
@@ -32,7 +35,7 @@ from django.db.backends.ddl_references import Statement
 
 from dbqueue.errors import QueueTableMissing
 from dbqueue.ring import RingQueue
-from dbqueue.schema import ring_refill_statements
+from dbqueue.schema import ring_plain_statements, ring_refill_statements
 from dbqueue.spec import QueueOptions, QueueSpec, index_name
 from dbqueue_django.executor import DjangoExecutor, dialect_for
 
@@ -87,6 +90,7 @@ class RingSlots(models.Index):
         if not schema_editor.collect_sql:  # sqlmigrate only shows the SQL
             check_empty(connection, self.spec(model))
         statements = list(connection.ops.sql_flush(no_style(), [table], reset_sequences=False))
+        statements += ring_plain_statements(self.spec(model), dialect_for(connection))
         with connection.cursor() as cursor:
             if self.name in connection.introspection.get_constraints(cursor, table):
                 statements.append(str(super().remove_sql(model, schema_editor, **kwargs)))

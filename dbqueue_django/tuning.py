@@ -13,7 +13,7 @@ from django.db import connections, router
 
 from dbqueue.dialects.base import Dialect
 from dbqueue.errors import InvalidSpec, UnsupportedDatabase
-from dbqueue.schema import ring_tuning_statements, tuning_statements
+from dbqueue.schema import ring_storage_tables, ring_tuning_statements, tuning_statements
 from dbqueue.spec import QueueSpec
 from dbqueue_django.executor import dialect_for
 from dbqueue_django.models import queue_models
@@ -22,7 +22,10 @@ from dbqueue_django.spec import is_ring, spec_for_model
 
 def _statements(spec: QueueSpec, dialect: Dialect, ring: bool, existing: set[str]) -> list[str]:
     if ring:
-        return ring_tuning_statements(spec, dialect) if spec.table in existing else []
+        # A ring's slots may be stored in segments (a ring of many slots); a table migrated
+        # to another capacity than the model's is the worker's to report, not this hook's.
+        stored = {table for table, _ in ring_storage_tables(spec)}
+        return ring_tuning_statements(spec, dialect) if stored <= existing else []
     if spec.table in existing and spec.meta_table in existing:
         return tuning_statements(spec, dialect)
     return []

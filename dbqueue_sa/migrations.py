@@ -62,7 +62,9 @@ from dbqueue.dialects import Dialect
 from dbqueue.errors import DBQueueError
 from dbqueue.ring import RingQueue
 from dbqueue.schema import (
+    RING_BASE_COLUMNS,
     drop_ring_counter_statements,
+    ring_plain_statements,
     ring_refill_statements,
     ring_tuning_statements,
     tuning_statements,
@@ -165,7 +167,8 @@ def empty_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
         f"DELETE FROM {q(spec.table)}",
         # Only SQLite has it (see ring_slot_statements); IF EXISTS keeps this dialect-neutral.
         f"DROP INDEX IF EXISTS {q(spec.index_name(SEQ_INDEX))}",
-        *reset_statements(ring_tuning_statements(spec, dialect)),
+        *ring_plain_statements(spec, dialect),
+        *reset_statements(ring_tuning_statements(spec, dialect, plain=True)),
     ]
 
 
@@ -515,7 +518,7 @@ def _leave_ring_parts(upgrade_ops: UpgradeOps) -> None:
     own. Autogenerate would otherwise propose them at every run after the first."""
     kept: list[Any] = []
     for op in upgrade_ops.ops:
-        if isinstance(op, DropTableOp) and is_counter_table(op.to_table()):
+        if isinstance(op, DropTableOp) and is_ring_part(op.to_table()):
             continue
         if isinstance(op, ModifyTableOps):
             op.ops = [
@@ -588,6 +591,25 @@ def is_counter_table(table: sa.Table) -> bool:
     return table.name.endswith(COUNTER_SUFFIXES) and [c.name for c in table.columns] == ["value"]
 
 
+#: A segment of a ring's slot table (PostgreSQL, ``<ring>_s0``, ``<ring>_s1``...: see
+#: ``dbqueue.schema.ring_segment_bounds``).
+SEGMENT_NAME = re.compile(r".+_s[0-9]+")
+
+
+def is_segment_table(table: sa.Table) -> bool:
+    """Whether a reflected table is a segment of a ring's slot table (made by the ring
+    operations on PostgreSQL for a ring of many slots, outside the metadata): named
+    ``<ring>_s<n>``, with a slot table's columns."""
+    names = {c.name for c in table.columns}
+    return bool(SEGMENT_NAME.fullmatch(table.name)) and names >= RING_BASE_COLUMNS
+
+
+def is_ring_part(table: sa.Table) -> bool:
+    """Whether a reflected table is a part of a ring the queue operations make outside the
+    metadata: a counter table (SQLite) or a segment of the slots (PostgreSQL)."""
+    return is_counter_table(table) or is_segment_table(table)
+
+
 def is_seq_index(table: str, name: str | None) -> bool:
     """Whether an index of ``table`` is a ring's index on ``seq`` (made by the ring
     operations on SQLite, outside the metadata)."""
@@ -599,13 +621,14 @@ def include_object(
 ) -> bool:
     """``include_object`` for env.py: hides from autogenerate what the queue operations
     create outside the metadata, which it would otherwise propose to drop at every run: a
-    ring's counter tables and its index on ``seq`` (both on SQLite only). Everything else is
-    included; to combine it with a filter of your own, return
-    ``dbqueue_migrations.include_object(...) and your_filter(...)``."""
+    ring's counter tables and its index on ``seq`` (both on SQLite only), and the segments of
+    a ring of many slots (PostgreSQL). Everything else is included; to combine it with a
+    filter of your own, return ``dbqueue_migrations.include_object(...) and
+    your_filter(...)``."""
     if not reflected or compare_to is not None:
         return True
     if type_ == "table":
-        return not is_counter_table(obj)
+        return not is_ring_part(obj)
     if type_ == "index":
         return not is_seq_index(obj.table.name, name)
     return True

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from dbqueue import compaction
 from dbqueue.errors import InvalidArgument, RingNotEmpty
 from dbqueue.executor import Executor
 from dbqueue.layout import ZERO, TokenLike
 from dbqueue.message import Message, QueueStats, State
 from dbqueue.ring.pop import RingPop
 from dbqueue.ring.push import RingPush
-from dbqueue.ring.states import CountersRow, NumberRow, SlotState, StatsRow
+from dbqueue.ring.states import CountersRow, NumberRow, SegmentRow, SlotState, StatsRow
 from dbqueue.ring.sweeper import RingSweeper
 
 
@@ -26,15 +27,23 @@ class RingQueue(RingPush, RingPop, RingSweeper):
             f"ring queue {self.spec.table!r} delivers in push order; it has no priorities"
         )
 
-    def compaction_steps(self, ex: Executor, limit: int) -> tuple[str, ...]:
-        """A compaction copies the ring's slots, ``capacity`` rows whatever they hold, and the
-        side table's rows if they fit in what ``limit`` leaves: failed messages kept for an
-        operator may be many, and must not keep the slots, the hot table, from compaction."""
-        room = limit - self.capacity
-        if room < 0:
-            return ()
-        side = int(self._run(ex, "side_live", {"n": room + 1})[0][0])
-        return ("compact", "compact_side") if side <= room else ("compact",)
+    def compaction_plan(self, ex: Executor, limit: int) -> compaction.Plan:
+        """A compaction copies the ring's slots, ``capacity`` rows whatever they hold, a
+        transaction for each of its segments (see :func:`dbqueue.schema.ring_segment_bounds`),
+        and the side table's rows: with the last slots if both fit in ``limit``, else in a
+        transaction of their own if they fit alone (failed messages kept for an operator may
+        be many, and must not keep the slots, the hot table, from compaction). Nothing if a
+        segment holds more than ``limit`` slots."""
+        segments = self._rows(ex, "segments", {}, SegmentRow)
+        if not segments or any(int(s.slots) > limit for s in segments):
+            return []
+        plan: compaction.Plan = [(("compact", {"segment": s.segment}),) for s in segments]
+        side = int(self._run(ex, "side_live", {"n": limit + 1})[0][0])
+        if side + int(segments[-1].slots) <= limit:
+            plan[-1] += (("compact_side", {}),)
+        elif side <= limit:
+            plan.append((("compact_side", {}),))
+        return plan
 
     def _stats_row(self, ex: Executor) -> StatsRow:
         (row,) = self._rows(ex, "stats", self._clock(), StatsRow)

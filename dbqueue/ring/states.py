@@ -145,6 +145,14 @@ class CountersRow(NamedTuple):
     pop_next: int
 
 
+class SegmentRow(NamedTuple):
+    """A row of ``ring_segments``: a table holding slots (the slot table, or one of its
+    segments), as regclass text, and how many slots it holds."""
+
+    segment: str
+    slots: int
+
+
 class SideRow(NamedTuple):
     """A row of a statement that moved messages to the side table, or changed their state
     there: the number and its new :class:`~dbqueue.message.State`."""

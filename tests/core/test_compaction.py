@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,19 @@ class Bed:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         conn.execute("SELECT count(*) FROM pg_class")
         return conn
+
+
+@contextmanager
+def ring_bed(dsn: str, spec: QueueSpec) -> Iterator[Bed]:
+    """A ring of ``spec`` on a connection of its own, dropped afterwards."""
+    dialect = get_dialect("postgresql")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ex = executor_for(dialect, conn)
+        for statement in create_ring_statements(spec, dialect):
+            ex.execute(statement, {})
+        yield Bed(RingQueue(spec, dialect), ex, dsn)
+        for statement in drop_ring_statements(spec, dialect):
+            conn.execute(statement)
 
 
 @pytest.fixture(params=LAYOUTS)
@@ -290,15 +304,11 @@ def test_a_rings_side_table_is_compacted_with_its_slots(
 ) -> None:
     """Failed messages pass through the ring's side table (an insert, then a delete when an
     operator purges or retries them): under a held horizon it grows too, and compaction gives
-    it back, unless it holds more rows than fit under the lock with the slots."""
-    dialect = get_dialect("postgresql")
+    it back, in the slots' transaction while both fit under the lock, else in one of its own
+    while it fits alone."""
     spec = QueueSpec(table_name, FIELDS, QueueOptions(capacity=CAPACITY, max_attempts=1))
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        ex = executor_for(dialect, conn)
-        for statement in create_ring_statements(spec, dialect):
-            ex.execute(statement, {})
-        q = RingQueue(spec, dialect)
-        bed = Bed(q, ex, pg_dsn)
+    with ring_bed(pg_dsn, spec) as bed:
+        q, ex = bed.queue, bed.ex
 
         def fail_and_purge(n: int) -> None:
             for start in range(0, n, 100):
@@ -313,19 +323,29 @@ def test_a_rings_side_table_is_compacted_with_its_slots(
             fail_and_purge(3_000)
             grown = bed.size()
             assert grown > 2 * start
-            q.push_many(ex, [{"n": i, "note": "kept"} for i in range(3)])
-            q.fail(ex, q.pop_batch(ex, 3), "kept failed")
-            monkeypatch.setattr(compaction, "MAX_ROWS", CAPACITY + 2)  # the side's 3 rows: no
+            kept = CAPACITY + 44
+            for start_n in range(0, kept, 100):
+                batch = min(100, kept - start_n)
+                q.push_many(ex, [{"n": start_n + i, "note": "kept"} for i in range(batch)])
+                q.fail(ex, q.pop_batch(ex, batch), "kept failed")
+            monkeypatch.setattr(compaction, "MAX_ROWS", kept - 1)  # the side does not fit
+            assert q.compaction_plan(ex, kept - 1) == [(("compact", {"segment": table_name}),)]
             assert q.compact(ex).compacted
             slots_only = bed.size()
-            monkeypatch.setattr(compaction, "MAX_ROWS", CAPACITY + 3)
+            monkeypatch.setattr(compaction, "MAX_ROWS", kept)  # it fits alone
+            assert [[op for op, _ in steps] for steps in q.compaction_plan(ex, kept)] == [
+                ["compact"],
+                ["compact_side"],
+            ]
             assert q.compact(ex).compacted
         finally:
             holder.close()
         assert bed.size() <= 1.2 * start < slots_only
-        assert q.stats(ex).failed == 3
-        assert q.retry(ex, range(10_000)) == 3
-        assert sorted(m.payload["n"] for m in q.pop_batch(ex, 5)) == [0, 1, 2]
+        both = q.compaction_plan(ex, CAPACITY + kept)  # both fit: one transaction
+        assert [[op for op, _ in steps] for steps in both] == [["compact", "compact_side"]]
+        assert q.stats(ex).failed == kept
+        assert q.retry(ex, range(10_000)) == kept
+        assert sorted(m.payload["n"] for m in q.pop_batch(ex, 5)) == [0, 1, 2, 3, 4]
         # A ring of more slots than the limit is not compacted at all.
         monkeypatch.setattr(compaction, "MAX_ROWS", CAPACITY - 1)
         result = q.compact(ex)
@@ -333,8 +353,6 @@ def test_a_rings_side_table_is_compacted_with_its_slots(
             False,
             f"more than {CAPACITY - 1} rows to copy under the lock",
         )
-        for statement in drop_ring_statements(spec, dialect):
-            conn.execute(statement)
 
 
 class Clock:
@@ -376,3 +394,62 @@ def test_growth_waits_for_the_tables_to_double_or_to_settle(
     assert not small.due(100 * 1024)
     clock.now += 60
     assert not small.due(300 * 1024)  # 200 KiB over, settled: under MIN_GROWTH
+
+
+@pytest.mark.postgresql
+def test_a_ring_of_many_slots_is_compacted_a_segment_at_a_time(
+    pg_dsn: str, table_name: str
+) -> None:
+    """A ring of more slots than one lock may copy keeps them in segments (dbqueue.schema.
+    ring_segment_bounds): compaction rewrites each in a transaction of its own, keeping every
+    message as it was, and a segment it cannot lock stops it there (the ones before it done);
+    a snapshot older than the compaction of any segment is told so."""
+    capacity = compaction.MAX_ROWS + 1
+    spec = QueueSpec(table_name, FIELDS, QueueOptions(capacity=capacity))
+    s0, s1 = spec.segment_table(0), spec.segment_table(1)
+    with ring_bed(pg_dsn, spec) as bed:
+        q, ex, dialect = bed.queue, bed.ex, bed.queue.dialect
+
+        def files() -> dict[str, int]:
+            query = "SELECT relname, pg_relation_filenode(oid) FROM pg_class WHERE relname IN "
+            return dict(ex.execute(query + "(%(s0)s, %(s1)s)", {"s0": s0, "s1": s1}))
+
+        # Messages in both segments: the ring's numbers reach past the first one's slots.
+        bed.pass_messages(5_995, batch=545)
+        pushed = q.push_many(ex, [{"n": i, "note": f"m{i}"} for i in range(10)])
+        assert [p % capacity for p in (pushed[0], pushed[-1])] == [5_995, 6_004]  # s0 to 6,000
+        leased = q.pop_batch(ex, 4)
+        (slots,) = ex.execute(
+            "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%(t)s) WHERE isleaf",
+            {"t": table_name},
+        )
+        assert 0 < slots[0] < bed.size()  # the slots, and the side table
+
+        before = files()
+        with psycopg.connect(pg_dsn, autocommit=True) as other:
+            other.execute("BEGIN")
+            other.execute(f'LOCK TABLE "{s1}" IN ACCESS SHARE MODE')
+            result = q.compact(ex)
+            assert (result.compacted, result.skipped) == (False, "lock not granted in 20 ms")
+            assert files()[s0] != before[s0] and files()[s1] == before[s1]
+            other.execute("COMMIT")
+
+        old = psycopg.connect(pg_dsn)
+        old.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        old.execute("SELECT count(*) FROM pg_class")  # a snapshot older than the compaction
+        before = files()
+        result = q.compact(ex)
+        assert result.compacted and result.size_after <= result.size_before
+        assert all(files()[name] != before[name] for name in (s0, s1))
+        with pytest.raises(SnapshotTooOld, match="push cannot run in it; nothing was written"):
+            q.push(executor_for(dialect, old), {"n": 2, "note": "stale"})
+        old.close()
+
+        # Every message as it was: the leases fenced by their tokens, the rest in order.
+        assert q.ack(ex, leased) == [m.id for m in leased]
+        rest = q.pop_batch(ex, 10)
+        assert [(m.id, m.payload) for m in rest] == [
+            (i, {"n": n, "note": f"m{n}"}) for n, i in enumerate(pushed) if n >= 4
+        ]
+        assert q.ack(ex, rest) == [m.id for m in rest]
+        assert q.stats(ex).capacity == capacity

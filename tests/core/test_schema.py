@@ -1,17 +1,27 @@
 """create_statements on real PostgreSQL and SQLite: both tables, the partial indexes, and on
-PostgreSQL the storage parameters of tuning_statements."""
+PostgreSQL the storage parameters of tuning_statements; a ring's segments on PostgreSQL."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from itertools import pairwise
 
 import psycopg
 import pytest
 
+from dbqueue.compaction import MAX_ROWS
 from dbqueue.dialects import PostgreSQL, SQLite
-from dbqueue.schema import create_statements, tuning_statements
-from dbqueue.spec import Field, FieldKind, QueueSpec
+from dbqueue.schema import (
+    MAX_SEGMENTS,
+    create_ring_statements,
+    create_statements,
+    drop_ring_statements,
+    ring_segment_bounds,
+    ring_segments_statement,
+    tuning_statements,
+)
+from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
 
 K = FieldKind
 FIELDS = (
@@ -227,3 +237,66 @@ def test_sqlite_ids_autoincrement(sqlite_conn: sqlite3.Connection, sqlite_spec: 
     sqlite_conn.execute(f'DELETE FROM "{t}"')
     sqlite_conn.execute(f'INSERT INTO "{t}" (title, n) VALUES (?, ?)', ("b", 2))
     assert sqlite_conn.execute(f'SELECT max(id) FROM "{t}"').fetchone()[0] > first
+
+
+# -- a ring's segments ----------------------------------------------------------------------------
+
+
+def test_a_ring_takes_as_few_segments_as_keep_each_under_one_compaction() -> None:
+    assert ring_segment_bounds(1) == ring_segment_bounds(MAX_ROWS) == []
+    assert ring_segment_bounds(MAX_ROWS + 1) == [0, 6_000, 12_001]
+    assert ring_segment_bounds(3 * MAX_ROWS) == [0, MAX_ROWS, 2 * MAX_ROWS, 3 * MAX_ROWS]
+    most = ring_segment_bounds(MAX_SEGMENTS * MAX_ROWS)
+    assert len(most) == MAX_SEGMENTS + 1 and max(b - a for a, b in pairwise(most)) == MAX_ROWS
+    # Past that, no more segments: each holds more than a compaction copies.
+    assert len(ring_segment_bounds(1_000_000)) == MAX_SEGMENTS + 1
+
+
+@pytest.mark.postgresql
+def test_postgresql_segments_keep_the_tables_constraints_and_indexes(
+    pg_conn: psycopg.Connection, table_name: str
+) -> None:
+    """The block that splits an empty slot table into segments, or makes it one table again,
+    rebuilds it with the same columns, and the same constraints and indexes by name."""
+    dialect = PostgreSQL()
+    spec = QueueSpec(table_name, (Field("n", K.INTEGER),), QueueOptions(capacity=10))
+    for statement in create_ring_statements(spec, dialect):
+        pg_conn.execute(statement)
+    t = f'"{table_name}"'
+    pg_conn.execute(f"DELETE FROM {t}")
+    pg_conn.execute(f'ALTER TABLE {t} ADD CONSTRAINT "{table_name}_n" CHECK (n > 0)')
+    pg_conn.execute(f'CREATE INDEX "{table_name}_by_n" ON {t} (n)')
+
+    def shape() -> tuple[str, list[tuple[str, ...]], list[str], list[str]]:
+        (kind,) = pg_conn.execute(f"SELECT relkind FROM pg_class WHERE oid = '{t}'::regclass")
+        defs = pg_conn.execute(
+            f"SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+            f"WHERE conrelid = '{t}'::regclass ORDER BY 1"
+        ).fetchall()
+        indexes = pg_conn.execute(
+            f"SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = '{t}'::regclass "
+            "ORDER BY 1"
+        ).fetchall()
+        parts = pg_conn.execute(
+            f"SELECT relid::text FROM pg_partition_tree('{t}') WHERE level = 1 ORDER BY 1"
+        ).fetchall()
+        return kind[0], defs, [i for (i,) in indexes], [p for (p,) in parts]
+
+    kind, defs, indexes, parts = shape()
+    assert kind == "r" and parts == []
+    try:
+        for bounds in ([0, 4, 10], [0, 3, 6, 10], []):
+            pg_conn.execute(ring_segments_statement(spec, dialect, bounds))
+            after = shape()
+            assert after[0] == ("p" if bounds else "r")
+            assert after[1:3] == (defs, indexes)
+            assert after[3] == [f"{table_name}_s{i}" for i in range(len(bounds) - 1)]
+            pg_conn.execute(
+                f"INSERT INTO {t} (slot, seq, n) SELECT s, s, 1 FROM generate_series(0, 9) AS s"
+            )
+            with pytest.raises(psycopg.errors.CheckViolation):
+                pg_conn.execute(f"INSERT INTO {t} (slot, seq, n) VALUES (10, 10, 0)")
+            pg_conn.execute(f"DELETE FROM {t}")
+    finally:
+        for statement in drop_ring_statements(spec, dialect):
+            pg_conn.execute(statement)

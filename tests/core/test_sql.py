@@ -61,9 +61,10 @@ def all_parts(spec: QueueSpec, dialect: Any, layout: str = "split") -> Iterator[
 
 def compaction(layout: str) -> set[str]:
     """The compaction statements (dbqueue.compaction): PostgreSQL only, since SQLite keeps no
-    dead versions; ``<layout>_compact`` is a LOCK and a DO block, which no single statement can
-    be (tests/core/test_compaction.py runs them)."""
-    extra = {"split_live"} if layout == "split" else {"ring_side_live", "ring_compact_side"}
+    dead versions; ``<layout>_compact`` is a LOCK (or a setting) and a DO block, which no single
+    statement can be (tests/core/test_compaction.py runs them)."""
+    ring = {"ring_side_live", "ring_segments", "ring_compact_side"}
+    extra = {"split_live"} if layout == "split" else ring
     names = ("size", "compact_claim", "compact", "compacted")
     return {f"{layout}_{name}" for name in names} | extra
 

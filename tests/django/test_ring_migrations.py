@@ -18,6 +18,7 @@ from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.state import ProjectState
 from django.db.migrations.writer import MigrationWriter
 
+from dbqueue.compaction import MAX_ROWS
 from dbqueue.errors import RingNotEmpty
 from dbqueue.message import State
 from dbqueue.ring import RingQueue
@@ -213,3 +214,64 @@ def _fail_for_good(alias: str) -> int:
     assert state == {item.id: State.FAILED}
     assert queue.failed().get().id == item.id != number
     return int(item.id)
+
+
+# -- a ring of many slots -------------------------------------------------------------------
+
+
+def segments(alias: str) -> list[tuple[str, str, list[str]]]:
+    """Each segment of Tick's slot table: its name, bounds and storage parameters."""
+    return [(name, bounds, list(options)) for name, bounds, options in query(alias, f"""
+        SELECT c.relname, pg_get_expr(c.relpartbound, c.oid), c.reloptions
+        FROM pg_partition_tree('{TABLE}') AS t JOIN pg_class AS c ON c.oid = t.relid
+        WHERE t.level = 1 ORDER BY c.relname
+    """)]  # fmt: skip
+
+
+def constraints(alias: str) -> list[tuple[str, str]]:
+    """The slot table's constraints, by name and definition."""
+    return query(alias, f"""
+        SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
+        WHERE conrelid = '{TABLE}'::regclass ORDER BY conname
+    """)  # fmt: skip
+
+
+@pytest.mark.postgresql
+def test_a_ring_of_many_slots_keeps_them_in_segments() -> None:
+    """More slots than compaction copies under one lock: the slot table is split into
+    segments, each with the ring's storage parameters, and the constraints keep their names;
+    a capacity change back to a few slots makes it one table again."""
+    alias, big = "default", MAX_ROWS + 1
+    before, migration = capacity_change(alias, big)
+    named = constraints(alias)
+    first = next_number(alias)
+    with connections[alias].schema_editor(atomic=migration.atomic) as editor:
+        migration.apply(before.clone(), editor)
+    try:
+        half = big // 2
+        found = segments(alias)
+        assert [(name, bounds) for name, bounds, _ in found] == [
+            (f"{TABLE}_s0", f"FOR VALUES FROM (0) TO ({half})"),
+            (f"{TABLE}_s1", f"FOR VALUES FROM ({half}) TO ({big})"),
+        ]
+        assert all("fillfactor=10" in options for _, _, options in found)
+        assert constraints(alias) == named
+        assert_fresh_slots(alias, big, first)
+        spec = Tick.queue.spec
+        ex = DjangoExecutor(alias)
+        core = RingQueue(replace(spec, options=replace(spec.options, capacity=big)), ex.dialect)
+        core.check(ex)
+        pushed = core.push_many(ex, [{"symbol": f"S{i}", "price": Decimal(i)} for i in range(3)])
+        assert [m.id for m in core.pop_batch(ex, 3)] == pushed
+        result = core.compact(ex)
+        assert result.compacted, result
+        assert core.stats(ex).leased == 3
+        core.purge(ex)
+    finally:
+        with connections[alias].schema_editor(atomic=migration.atomic) as editor:
+            migration.unapply(before.clone(), editor)
+    assert segments(alias) == []
+    assert query(alias, f"SELECT relkind FROM pg_class WHERE relname = '{TABLE}'") == [("r",)]
+    assert constraints(alias) == named
+    assert len(slots(alias)) == CAPACITY
+    Tick.queue.using(alias).check()

@@ -24,6 +24,7 @@ from alembic.config import Config
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import dbqueue_sa.queue
+from dbqueue.compaction import MAX_ROWS
 from dbqueue.errors import InvalidSpec, QueueFull, RingNotEmpty
 from dbqueue.schema import drop_ring_counter_statements, tuning_statements
 from dbqueue_sa import RingQueueMixin
@@ -84,6 +85,20 @@ class Resized(DeclarativeBase):
 class BigTick(RingQueueMixin, Resized):
     __tablename__ = "sa_tick"
     __queue_options__ = {"capacity": 12, "push_timeout": dt.timedelta(milliseconds=50)}
+
+    symbol: Mapped[str] = mapped_column(sa.String(12))
+    price: Mapped[Decimal] = mapped_column(sa.Numeric(12, 4))
+    volume: Mapped[int] = mapped_column(sa.Integer(), default=0)
+    note: Mapped[str | None] = mapped_column(sa.Text())
+
+
+class Segmented(DeclarativeBase):
+    """The tests' ring declared again with more slots than compaction copies under one lock."""
+
+
+class HugeTick(RingQueueMixin, Segmented):
+    __tablename__ = "sa_tick"
+    __queue_options__ = {"capacity": MAX_ROWS + 1}
 
     symbol: Mapped[str] = mapped_column(sa.String(12))
     price: Mapped[Decimal] = mapped_column(sa.Numeric(12, 4))
@@ -323,6 +338,33 @@ def test_a_capacity_change_waits_for_an_empty_ring_and_numbers_on(
     # back), on SQLite the counter tables rolled back with it.
     (number,) = push_ticks(db, 1)
     assert number >= 15
+
+
+@pytest.mark.parametrize("backend", [pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def test_a_ring_of_many_slots_keeps_them_in_segments(cfg: Config, db: sa.Engine) -> None:
+    """More slots than compaction copies under one lock: the slot table is split into
+    segments, each with the ring's storage parameters, which autogenerate leaves alone; the
+    downgrade makes it one table again."""
+    migrated(cfg)
+    cfg.attributes["metadata"] = [Segmented.metadata, job_tables()]
+    upgrade, _ = autogenerate(cfg, "0002")
+    assert ops_of(upgrade) == ["op.alter_queue_ring"]
+    command.upgrade(cfg, "head")
+    command.check(cfg)
+    assert slots(db) == MAX_ROWS + 1
+    assert sorted(sa.inspect(db).get_table_names()) == [
+        "alembic_version", "sa_job", "sa_job_meta", "sa_tick", "sa_tick_failed",
+        "sa_tick_s0", "sa_tick_s1",
+    ]  # fmt: skip
+    for segment in ("sa_tick_s0", "sa_tick_s1"):
+        assert "fillfactor=10" in reloptions(db, segment)
+    assert push_ticks(db, 3, HugeTick) == [0, 1, 2]
+    assert drain(db, HugeTick) == 3
+
+    command.downgrade(cfg, "0001")
+    assert "sa_tick_s0" not in sa.inspect(db).get_table_names()
+    assert slots(db) == 8
+    assert "fillfactor=10" in reloptions(db, "sa_tick")
 
 
 def test_removing_a_ring_drops_its_counters_and_the_downgrade_restores_it(

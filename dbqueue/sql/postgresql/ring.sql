@@ -727,20 +727,40 @@ SELECT {_push_next} AS push_next, {_pop_next} AS pop_next;
 SELECT pg_notify(%(channel)s, '');
 
 -- ring_size --
--- The bytes of the slot table and the side table with their indexes and TOAST: what
--- compaction watches.
-SELECT pg_total_relation_size('{ring}'::regclass) + pg_total_relation_size('{failed}'::regclass);
+-- The bytes of the slot table (or of its segments: a partitioned table has no storage of its
+-- own) and the side table, with their indexes and TOAST: what compaction watches.
+SELECT pg_total_relation_size('{ring}'::regclass) + pg_total_relation_size('{failed}'::regclass)
+       + coalesce((SELECT sum(pg_total_relation_size(t.relid))
+                   FROM pg_partition_tree('{ring}'::regclass) AS t WHERE t.isleaf), 0);
 
 -- ring_side_live --
 -- How many rows compaction would copy from the side table, counted no further than %(n)s.
 SELECT count(*) FROM (SELECT 1 FROM {failed} LIMIT %(n)s) AS f;
 
+-- ring_segments --
+-- The tables holding the slots, each with its slot count: the slot table itself, or each of
+-- its segments (a ring of many slots, see dbqueue.schema.ring_segment_bounds), whose count
+-- is read from its bounds (counting rows would walk every dead version a long transaction
+-- left).
+SELECT t.relid::text AS segment, b[2]::integer - b[1]::integer AS slots
+FROM pg_partition_tree('{ring}'::regclass) AS t
+JOIN pg_class AS c ON c.oid = t.relid,
+LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \((\d+)\) TO \((\d+)\)') AS b
+WHERE t.level = 1
+UNION ALL
+SELECT c.oid::regclass::text, %(capacity)s FROM pg_class AS c
+WHERE c.oid = '{ring}'::regclass AND c.relkind <> 'p'
+ORDER BY segment;
+
 -- ring_compacted --
--- Whether the slot table or the side table was rewritten after the transaction's snapshot was
--- taken (see dbqueue.compaction): a snapshot reads pg_class as it was, pg_relation_filenode()
--- reads the catalog as it is now.
+-- Whether the slot table (or one of its segments) or the side table was rewritten after the
+-- transaction's snapshot was taken (see dbqueue.compaction): a snapshot reads pg_class as it
+-- was, pg_relation_filenode() reads the catalog as it is now (NULL for a partitioned table,
+-- which has no file).
 SELECT bool_or(c.relfilenode <> pg_relation_filenode(c.oid))
-FROM pg_class AS c WHERE c.oid IN ('{ring}'::regclass, '{failed}'::regclass);
+FROM pg_class AS c
+WHERE c.oid IN ('{ring}'::regclass, '{failed}'::regclass)
+   OR c.oid IN (SELECT t.relid FROM pg_partition_tree('{ring}'::regclass) AS t);
 
 -- ring_compact_claim --
 -- Before ring_compact, in its transaction: the lock timeout, and whether this process is the
@@ -749,25 +769,30 @@ FROM pg_class AS c WHERE c.oid IN ('{ring}'::regclass, '{failed}'::regclass);
 {_compact_claim};
 
 -- ring_compact --
--- Compaction (see dbqueue.compaction): the slot table rewritten to its live rows, which a long
--- transaction elsewhere in the database makes every update leave behind (vacuum may not remove
--- a version a snapshot could still see, so the slots' versions pile up lap after lap).
--- TRUNCATE gives the old file back whatever any snapshot holds. Under an ACCESS EXCLUSIVE lock
--- that is waited for no longer than the lock timeout (its waiters queue behind it meanwhile):
--- no statement runs on the ring while its rows are copied out and back, so every slot keeps
--- its number, state, lease and payload. The rows live in a plpgsql array for the copy, not a
--- temporary table, whose catalog rows would be dead versions too. An empty slot goes back as
--- the ring made it (no payload, the padding of ring_slot_statements less the 12 bytes its
--- push time takes, 8 and 4 of alignment): each page then holds as many slots, with as much
--- room for their updates, as when the ring was created (measured: the new ring's bytes
--- exactly, for 2,000 slots; 1.27x with the full padding, 2.2x keeping the payloads).
-LOCK TABLE {ring} IN ACCESS EXCLUSIVE MODE;
+-- Compaction (see dbqueue.compaction) of the table %(segment)s names, the slot table or one of
+-- its segments: rewritten to its live rows, which a long transaction elsewhere in the
+-- database makes every update leave behind (vacuum may not remove a version a snapshot could
+-- still see, so the slots' versions pile up lap after lap). TRUNCATE gives the old file back
+-- whatever any snapshot holds. Under an ACCESS EXCLUSIVE lock that is waited for no longer
+-- than the lock timeout (its waiters queue behind it meanwhile): no statement runs on those
+-- slots while they are copied out and back, so every slot keeps its number, state, lease and
+-- payload. The rows live in a plpgsql array for the copy, not a temporary table, whose
+-- catalog rows would be dead versions too; they go back through the slot table, which routes
+-- each to its segment. An empty slot goes back as the ring made it (no payload, the padding
+-- of ring_slot_statements less the 12 bytes its push time takes, 8 and 4 of alignment): each
+-- page then holds as many slots, with as much room for their updates, as when the ring was
+-- created (measured: the new ring's bytes exactly, for 2,000 slots; 1.27x with the full
+-- padding, 2.2x keeping the payloads). The table's name reaches the block through a setting
+-- of this transaction (a DO block takes no parameters), checked by its cast to regclass.
+SELECT set_config('dbqueue.compact_segment', %(segment)s, true);
 DO $$
 DECLARE
+    segment regclass := current_setting('dbqueue.compact_segment')::regclass;
     kept {ring}[];
 BEGIN
-    kept := ARRAY(SELECT t FROM {ring} AS t);
-    TRUNCATE {ring};
+    EXECUTE 'LOCK TABLE ' || segment || ' IN ACCESS EXCLUSIVE MODE';
+    EXECUTE 'SELECT ARRAY(SELECT ROW(t.*)::{ring} FROM ' || segment || ' AS t)' INTO kept;
+    EXECUTE 'TRUNCATE ' || segment;
     INSERT INTO {ring} (slot, seq, state, attempts, pushed_at, lease_until, last_error{columns})
     SELECT k.slot, k.seq, k.state, k.attempts, k.pushed_at, k.lease_until,
            CASE WHEN k.state = {slot_empty} THEN repeat('.', {slot_padding} - 12) ELSE k.last_error END
@@ -778,9 +803,9 @@ END
 $$;
 
 -- ring_compact_side --
--- After ring_compact, in its transaction, while the side table is small (see
--- RingQueue.compaction_steps): the side table rewritten to its live rows the same way. Failed
--- messages and retries pass through it, an insert and a delete each.
+-- After ring_compact of the last slots, in its transaction, or in one of its own, while the
+-- side table is small (see RingQueue.compaction_plan): the side table rewritten to its live
+-- rows the same way. Failed messages and retries pass through it, an insert and a delete each.
 LOCK TABLE {failed} IN ACCESS EXCLUSIVE MODE;
 DO $$
 DECLARE
