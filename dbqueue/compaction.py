@@ -37,12 +37,12 @@ What it cannot do:
   repeatable-read reader takes the queue's lock before its snapshot (``LOCK TABLE ... IN
   ACCESS SHARE MODE`` first, as dbqueue's Spark reader does).
 - A split queue with more than ``MAX_ROWS`` rows (a backlog, or done items kept by
-  ``keep_done``) is not compacted: the copy would hold the lock too long. A ring of more
+  ``keep_done``) is not compacted: the copy would hold the lock too long. A ring of many
   slots keeps them in segments (:func:`dbqueue.schema.ring_segment_bounds`), compacted one
-  after the other, each in a transaction of its own; a ring whose segments are larger still
-  (more than ``dbqueue.schema.MAX_SEGMENTS`` times ``MAX_ROWS`` slots) is not compacted. A ring's side
-  table (failed messages, and those waiting aside) is compacted with its last slots while
-  both together fit in ``MAX_ROWS``, else on its own while it fits.
+  after the other, each in a transaction of its own; a ring whose segments hold more than
+  ``MAX_ROWS`` slots each (over 96,000 slots) is not compacted. A ring's side table (failed
+  messages, and those waiting aside) is compacted with its last slots while both together
+  fit in ``MAX_ROWS``, else on its own while it fits.
 - SQLite rewrites pages in place and keeps no old versions: nothing to compact there.
 """
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from dbqueue.compaction import MAX_ROWS
 from dbqueue.dialects.base import Dialect
 from dbqueue.errors import InvalidSpec
 from dbqueue.message import State
@@ -220,11 +219,18 @@ def ring_storage_tables(spec: QueueSpec) -> list[tuple[str, int]]:
     return [(spec.segment_table(i), hi - lo) for i, (lo, hi) in enumerate(pairwise(bounds))]
 
 
-#: The most segments a ring's slot table is split into (see :func:`ring_segment_bounds`).
-#: Every hot statement plans over the segments and locks each of them, so each one costs the
-#: hot paths a little (bench/reports/2026-11-27-ring-partitions.md, 24,000 slots, 2 client
-#: pairs: 2 partitions ran at 0.89-0.92x of one table's rate, 4 at 0.91-0.95x, 8 at
-#: 0.83-0.94x); 8 segments of ``MAX_ROWS`` make 96,000 slots compactable.
+#: The slots of a segment of a ring's slot table (see :func:`ring_segment_bounds`). Copying a
+#: ring's slots costs more than a split queue's rows (bench/reports/2026-11-26-compaction-cost.md,
+#: 2 quiet cores: 10,000 slots 56 ms, 20,000 slots 131 ms), and about twice that under load (a
+#: ring of 10,000 slots locked 110 ms in bench/reports/2026-11-26-longtx-2.md): 6,000 slots keep
+#: a segment's lock near 60 ms under load, within the 100 ms a queue may stall.
+SEGMENT_SLOTS = 6_000
+#: The most segments a ring's slot table is split into. Every hot statement plans over the
+#: segments and locks each of them, so each one costs the hot paths a little
+#: (bench/reports/2026-11-27-ring-partitions.md, 24,000 slots, 2 client pairs: 2 partitions
+#: ran at 0.89-0.92x of one table's rate, 4 at 0.91-0.95x, 8 at 0.83-0.94x). Past 8 segments
+#: of ``SEGMENT_SLOTS`` (48,000 slots) the segments grow instead, up to
+#: ``dbqueue.compaction.MAX_ROWS`` each (96,000 slots), the most one transaction copies.
 MAX_SEGMENTS = 8
 
 
@@ -234,14 +240,14 @@ def ring_segment_bounds(capacity: int) -> list[int]:
 
     A long transaction makes every slot update leave a dead version behind, and compaction
     (:mod:`dbqueue.compaction`) gives them back by copying the slots out and back under a
-    lock that must stay short: it copies no more than ``MAX_ROWS`` rows at a time. A ring of
-    more slots is therefore a table partitioned by slot range into as few segments as keep
-    each within that (at most :data:`MAX_SEGMENTS`), and compaction takes one segment at a
-    time, each in a transaction of its own. The hot statements are the same SQL either way:
-    PostgreSQL routes each slot to its segment."""
-    if capacity <= MAX_ROWS:
+    lock that must stay short. A ring of more than :data:`SEGMENT_SLOTS` slots is therefore a
+    table partitioned by slot range into as few segments as keep each within that (at most
+    :data:`MAX_SEGMENTS`), and compaction takes one segment at a time, each in a transaction
+    of its own. The hot statements are the same SQL either way: PostgreSQL routes each slot
+    to its segment."""
+    if capacity <= SEGMENT_SLOTS:
         return []
-    n = min(MAX_SEGMENTS, -(-capacity // MAX_ROWS))
+    n = min(MAX_SEGMENTS, -(-capacity // SEGMENT_SLOTS))
     return [capacity * i // n for i in range(n + 1)]
 
 

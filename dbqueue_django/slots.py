@@ -8,7 +8,7 @@ operation. So ``RingQueueModel`` adds this index to the model's ``Meta.indexes``
 * its SQL is the core's (:func:`dbqueue.schema.ring_slot_statements`): the counters (PostgreSQL
   sequences, SQLite one-row tables), the slot rows, and the storage parameters (PostgreSQL) or
   the index on ``seq`` (SQLite, where it is this very index); on PostgreSQL a ring of more
-  than 12,000 slots first has its table split into segments
+  than 6,000 slots first has its table split into segments
   (:func:`dbqueue.schema.ring_segment_bounds`), and removing the slots makes it one table
   again;
 * it deconstructs with its ``capacity``, so changing the capacity makes the autodetector write

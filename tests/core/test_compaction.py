@@ -32,7 +32,12 @@ from dbqueue import (
 )
 from dbqueue.drivers import executor_for
 from dbqueue.executor import Executor
-from dbqueue.schema import create_ring_statements, create_statements, drop_ring_statements
+from dbqueue.schema import (
+    SEGMENT_SLOTS,
+    create_ring_statements,
+    create_statements,
+    drop_ring_statements,
+)
 from dbqueue.spec import advisory_key
 
 FIELDS = (Field("n", FieldKind.INTEGER), Field("note", FieldKind.TEXT))
@@ -404,7 +409,7 @@ def test_a_ring_of_many_slots_is_compacted_a_segment_at_a_time(
     ring_segment_bounds): compaction rewrites each in a transaction of its own, keeping every
     message as it was, and a segment it cannot lock stops it there (the ones before it done);
     a snapshot older than the compaction of any segment is told so."""
-    capacity = compaction.MAX_ROWS + 1
+    capacity = SEGMENT_SLOTS + 1
     spec = QueueSpec(table_name, FIELDS, QueueOptions(capacity=capacity))
     s0, s1 = spec.segment_table(0), spec.segment_table(1)
     with ring_bed(pg_dsn, spec) as bed:
@@ -415,9 +420,9 @@ def test_a_ring_of_many_slots_is_compacted_a_segment_at_a_time(
             return dict(ex.execute(query + "(%(s0)s, %(s1)s)", {"s0": s0, "s1": s1}))
 
         # Messages in both segments: the ring's numbers reach past the first one's slots.
-        bed.pass_messages(5_995, batch=545)
+        bed.pass_messages(2_995, batch=599)
         pushed = q.push_many(ex, [{"n": i, "note": f"m{i}"} for i in range(10)])
-        assert [p % capacity for p in (pushed[0], pushed[-1])] == [5_995, 6_004]  # s0 to 6,000
+        assert [p % capacity for p in (pushed[0], pushed[-1])] == [2_995, 3_004]  # s0 to 3,000
         leased = q.pop_batch(ex, 4)
         (slots,) = ex.execute(
             "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%(t)s) WHERE isleaf",

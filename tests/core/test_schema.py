@@ -14,6 +14,7 @@ from dbqueue.compaction import MAX_ROWS
 from dbqueue.dialects import PostgreSQL, SQLite
 from dbqueue.schema import (
     MAX_SEGMENTS,
+    SEGMENT_SLOTS,
     create_ring_statements,
     create_statements,
     drop_ring_statements,
@@ -243,12 +244,15 @@ def test_sqlite_ids_autoincrement(sqlite_conn: sqlite3.Connection, sqlite_spec: 
 
 
 def test_a_ring_takes_as_few_segments_as_keep_each_under_one_compaction() -> None:
-    assert ring_segment_bounds(1) == ring_segment_bounds(MAX_ROWS) == []
-    assert ring_segment_bounds(MAX_ROWS + 1) == [0, 6_000, 12_001]
-    assert ring_segment_bounds(3 * MAX_ROWS) == [0, MAX_ROWS, 2 * MAX_ROWS, 3 * MAX_ROWS]
-    most = ring_segment_bounds(MAX_SEGMENTS * MAX_ROWS)
-    assert len(most) == MAX_SEGMENTS + 1 and max(b - a for a, b in pairwise(most)) == MAX_ROWS
-    # Past that, no more segments: each holds more than a compaction copies.
+    s = SEGMENT_SLOTS
+    assert ring_segment_bounds(1) == ring_segment_bounds(s) == []
+    assert ring_segment_bounds(s + 1) == [0, s // 2, s + 1]
+    assert ring_segment_bounds(3 * s) == [0, s, 2 * s, 3 * s]
+    most = ring_segment_bounds(MAX_SEGMENTS * s)
+    assert len(most) == MAX_SEGMENTS + 1 and max(b - a for a, b in pairwise(most)) == s
+    # Past that, larger segments: up to what one compaction copies, then more than that.
+    larger = ring_segment_bounds(MAX_SEGMENTS * MAX_ROWS)
+    assert len(larger) == MAX_SEGMENTS + 1 and max(b - a for a, b in pairwise(larger)) == MAX_ROWS
     assert len(ring_segment_bounds(1_000_000)) == MAX_SEGMENTS + 1
 
 

@@ -18,10 +18,10 @@ from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.state import ProjectState
 from django.db.migrations.writer import MigrationWriter
 
-from dbqueue.compaction import MAX_ROWS
 from dbqueue.errors import RingNotEmpty
 from dbqueue.message import State
 from dbqueue.ring import RingQueue
+from dbqueue.schema import SEGMENT_SLOTS
 from dbqueue_django.executor import DjangoExecutor
 from dbqueue_django.slots import RingSlots
 from tests.django.test_ring_models import CAPACITY, TABLE, counters, query, slots
@@ -241,7 +241,7 @@ def test_a_ring_of_many_slots_keeps_them_in_segments() -> None:
     """More slots than compaction copies under one lock: the slot table is split into
     segments, each with the ring's storage parameters, and the constraints keep their names;
     a capacity change back to a few slots makes it one table again."""
-    alias, big = "default", MAX_ROWS + 1
+    alias, big = "default", SEGMENT_SLOTS + 1
     before, migration = capacity_change(alias, big)
     named = constraints(alias)
     first = next_number(alias)

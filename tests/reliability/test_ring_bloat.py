@@ -102,21 +102,31 @@ def churn(queue: Queue, dsn: str, first: int, count: int) -> float:
     return time.monotonic() - began
 
 
+#: The tables named and their partitions (a ring of many slots keeps them in segments).
+WITH_PARTITIONS = (
+    "SELECT r FROM unnest(%(tables)s::text[]) AS t, LATERAL (SELECT quote_ident(t)::regclass AS r "
+    "UNION ALL SELECT p.relid FROM pg_partition_tree(quote_ident(t)) AS p WHERE p.isleaf) AS x"
+)
+
+
 def total_size(conn: psycopg.Connection[Any], *tables: str) -> int:
-    """Bytes of the tables with their indexes and TOAST."""
+    """Bytes of the tables (and their partitions) with their indexes and TOAST."""
     row = conn.execute(
-        "SELECT sum(pg_total_relation_size(quote_ident(t))) FROM unnest(%s::text[]) AS t",
-        (list(tables),),
+        f"SELECT sum(pg_total_relation_size(r)) FROM ({WITH_PARTITIONS}) AS w",
+        {"tables": list(tables)},
     ).fetchone()
     assert row is not None
     return int(row[0])
 
 
 def updates(conn: psycopg.Connection[Any], table: str) -> tuple[int, int]:
-    """(updates, HOT updates) of ``table`` so far, as the statistics know them."""
+    """(updates, HOT updates) of ``table`` (and its partitions) so far, as the statistics know
+    them."""
     conn.execute("SELECT pg_stat_force_next_flush()")
     row = conn.execute(
-        "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = %s", (table,)
+        "SELECT coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_hot_upd), 0) "
+        f"FROM pg_stat_user_tables WHERE relid IN ({WITH_PARTITIONS})",
+        {"tables": [table]},
     ).fetchone()
     return (0, 0) if row is None else (int(row[0]), int(row[1]))
 

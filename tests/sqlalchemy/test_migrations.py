@@ -24,9 +24,8 @@ from alembic.config import Config
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import dbqueue_sa.queue
-from dbqueue.compaction import MAX_ROWS
 from dbqueue.errors import InvalidSpec, QueueFull, RingNotEmpty
-from dbqueue.schema import drop_ring_counter_statements, tuning_statements
+from dbqueue.schema import SEGMENT_SLOTS, drop_ring_counter_statements, tuning_statements
 from dbqueue_sa import RingQueueMixin
 from dbqueue_sa.migrations import (
     DropQueueRingOp,
@@ -98,7 +97,7 @@ class Segmented(DeclarativeBase):
 
 class HugeTick(RingQueueMixin, Segmented):
     __tablename__ = "sa_tick"
-    __queue_options__ = {"capacity": MAX_ROWS + 1}
+    __queue_options__ = {"capacity": SEGMENT_SLOTS + 1}
 
     symbol: Mapped[str] = mapped_column(sa.String(12))
     price: Mapped[Decimal] = mapped_column(sa.Numeric(12, 4))
@@ -351,7 +350,7 @@ def test_a_ring_of_many_slots_keeps_them_in_segments(cfg: Config, db: sa.Engine)
     assert ops_of(upgrade) == ["op.alter_queue_ring"]
     command.upgrade(cfg, "head")
     command.check(cfg)
-    assert slots(db) == MAX_ROWS + 1
+    assert slots(db) == SEGMENT_SLOTS + 1
     assert sorted(sa.inspect(db).get_table_names()) == [
         "alembic_version", "sa_job", "sa_job_meta", "sa_tick", "sa_tick_failed",
         "sa_tick_s0", "sa_tick_s1",
