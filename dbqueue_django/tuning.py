@@ -22,10 +22,13 @@ from dbqueue_django.spec import is_ring, spec_for_model
 
 def _statements(spec: QueueSpec, dialect: Dialect, ring: bool, existing: set[str]) -> list[str]:
     if ring:
-        # A ring's slots may be stored in segments (a ring of many slots); a table migrated
-        # to another capacity than the model's is the worker's to report, not this hook's.
+        # A ring's slots may be stored in segments (a ring of many slots). A table migrated
+        # to another capacity than the model's (in or out of segments) is left alone: a
+        # partitioned table takes no storage parameters, and the worker reports the mismatch.
         stored = {table for table, _ in ring_storage_tables(spec)}
-        return ring_tuning_statements(spec, dialect) if stored <= existing else []
+        segmented = stored != {spec.table}
+        matches = stored <= existing and (spec.segment_table(0) in existing) == segmented
+        return ring_tuning_statements(spec, dialect) if matches else []
     if spec.table in existing and spec.meta_table in existing:
         return tuning_statements(spec, dialect)
     return []
@@ -43,8 +46,9 @@ def tune_tables(app_config: AppConfig, using: str) -> None:
     models = [m for m in queue_models([app_config]) if router.allow_migrate_model(using, m)]
     if not models:
         return
-    existing = set(connection.introspection.table_names())
     with connection.cursor() as cursor:
+        # Partitions too, which table_names() leaves out: a ring's segments are partitions.
+        existing = {t.name for t in connection.introspection.get_table_list(cursor)}
         for model in models:
             try:
                 spec = spec_for_model(model)

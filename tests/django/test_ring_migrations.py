@@ -10,6 +10,7 @@ from dataclasses import replace
 from decimal import Decimal
 
 import pytest
+from django.apps import apps
 from django.core.management import call_command
 from django.db import connections, models
 from django.db.migrations import AddIndex, AlterField, Migration, RemoveIndex
@@ -24,6 +25,7 @@ from dbqueue.ring import RingQueue
 from dbqueue.schema import SEGMENT_SLOTS
 from dbqueue_django.executor import DjangoExecutor
 from dbqueue_django.slots import RingSlots
+from dbqueue_django.tuning import tune_tables
 from tests.django.test_ring_models import CAPACITY, TABLE, counters, query, slots
 from tests.django.testapp.models import Tick
 
@@ -255,6 +257,10 @@ def test_a_ring_of_many_slots_keeps_them_in_segments() -> None:
             (f"{TABLE}_s1", f"FOR VALUES FROM ({half}) TO ({big})"),
         ]
         assert all("fillfactor=10" in options for _, _, options in found)
+        # After a migrate, the tuning of a model that declares another capacity (8 slots, one
+        # table) leaves the segments alone: a partitioned table takes no storage parameters.
+        tune_tables(apps.get_app_config("testapp"), alias)
+        assert segments(alias) == found
         assert constraints(alias) == named
         assert_fresh_slots(alias, big, first)
         spec = Tick.queue.spec
