@@ -46,6 +46,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "rate each system sustains",
     )
     p.add_argument(
+        "--longtx-rates",
+        type=_rates,
+        default=(),
+        help="comma-separated offered rates (msg/s) to run the long-transaction workload at, "
+        "instead of 1,000 msg/s and the highest rate each system sustains",
+    )
+    p.add_argument(
         "--bloat-messages",
         type=int,
         help="messages through the bloat soak (default 1,000,000; --quick: 10,000)",
@@ -70,6 +77,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--note", action="append", default=[], help="a note for the report's header (repeatable)"
     )
     return p.parse_args(argv)
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(float(r) for r in text.split(",") if r)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not rates: {text!r}") from None
+    if not rates or min(rates) <= 0:
+        raise argparse.ArgumentTypeError(f"rates must be positive: {text!r}")
+    return rates
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -100,6 +117,7 @@ def main(argv: list[str]) -> int:
     env = bench_env.start(args.quick, args.sync_commit == "on", args.scale)
     env.longtx_seconds = args.longtx_seconds
     env.longtx_max = not args.no_longtx_max
+    env.longtx_rates = args.longtx_rates
     env.notes += args.note
     env.bloat_messages = args.bloat_messages
     env.pair_counts = args.pairs

@@ -40,6 +40,9 @@ class BenchEnv:
     #: The long-transaction workload also runs at the highest rate each system sustains
     #: (bench.longtx); --no-longtx-max leaves that out.
     longtx_max: bool = True
+    #: --longtx-rates: the offered rates to run the long-transaction workload at instead (no
+    #: 1,000 msg/s run, no probe): to measure one rate again, several times.
+    longtx_rates: tuple[float, ...] = ()
     #: --bloat-messages: the bloat soak's N instead of the size's (e.g. 1,000,000 in a quick run).
     bloat_messages: int | None = None
     #: --pairs and --pair-seconds: the pairs workload's pair counts and duration per figure.

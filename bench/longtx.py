@@ -56,7 +56,9 @@ SAMPLE_EVERY = 2.0
 
 def longtx(env: BenchEnv, system: System, repeat: int) -> list[Measurement]:
     """The three phases at 1,000 msg/s, then at the highest rate the system sustains if it
-    sustained 1,000 without the held transaction."""
+    sustained 1,000 without the held transaction; or at ``env.longtx_rates`` only."""
+    if env.longtx_rates:
+        return [m for rate in env.longtx_rates for m in _run_at(env, system, rate)[0]]
     out, kept_up = _run_at(env, system, LONGTX_RATE)
     if env.longtx_max:
         if not kept_up:

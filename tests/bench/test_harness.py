@@ -144,10 +144,11 @@ def test_the_compaction_cost_measurement(tmp_path: Path) -> None:
 
 
 def test_the_long_transaction_workload(tmp_path: Path) -> None:
-    args = ("--workloads", "longtx", "--longtx-seconds", "2", "--no-pgbench", "--no-longtx-max")
-    data = _bench(tmp_path / "longtx", *args, "--systems", "dbqueue-core")
+    args = ("--workloads", "longtx", "--longtx-seconds", "2", "--no-pgbench", "--longtx-rates")
+    data = _bench(tmp_path / "longtx", *args, "1200", "--systems", "dbqueue-core")
     ours = [r for r in data["results"] if r["system"] == "dbqueue-core"]
     assert {r["params"]["long_transaction"] for r in ours} == {"none", "held"}
+    assert {r["params"]["rate"] for r in ours} == {1200.0}  # that rate only
     (held,) = [r for r in ours if r["workload"] == "longtx_throughput" and r["params"][
         "long_transaction"] == "held"]  # fmt: skip
     extra = held["extra"]
@@ -155,9 +156,9 @@ def test_the_long_transaction_workload(tmp_path: Path) -> None:
         assert extra[key] > 0, key
     timeline = extra["timeline"]
     assert set(timeline["marks"]) == {"hold_start", "hold_end"}
-    assert sum(n for _, n in timeline["served_per_second"]) >= 3 * 2 * 1000 * 0.9
+    assert sum(n for _, n in timeline["served_per_second"]) >= 3 * 2 * 1200 * 0.9
     assert len(timeline["size_kib"]) >= 3
-    assert (tmp_path / "longtx" / "charts" / "longtx_timeline_1000.png").stat().st_size > 1000
+    assert (tmp_path / "longtx" / "charts" / "longtx_timeline_1200.png").stat().st_size > 1000
     assert "served_per_second" not in (tmp_path / "longtx" / "report.md").read_text()
 
 
