@@ -266,12 +266,15 @@ def ring_segments_statement(spec: QueueSpec, dialect: Dialect, bounds: list[int]
     q = dialect.quote
     ring = q(spec.table)
     wanted = "true" if bounds else "false"
-    array = f"ARRAY[{', '.join(str(b) for b in bounds)}]::integer[]"
+    segments = "".join(
+        f"\n    CREATE TABLE {q(spec.segment_table(i))} PARTITION OF {ring} "
+        f"FOR VALUES FROM ({lo}) TO ({hi});"
+        for i, (lo, hi) in enumerate(pairwise(bounds))
+    )
     # No percent sign in the block: drivers given parameters read it as a placeholder.
     return f"""DO $$
 DECLARE
     ring regclass := '{ring}'::regclass;
-    bounds integer[] := {array};
     partitioned boolean := (SELECT c.relkind = 'p' FROM pg_class AS c WHERE c.oid = ring);
     segment regclass;
     definitions text[];
@@ -300,12 +303,7 @@ BEGIN
         FOREACH definition IN ARRAY definitions LOOP
             EXECUTE definition;
         END LOOP;
-    END IF;
-    FOR i IN 1 .. cardinality(bounds) - 1 LOOP
-        EXECUTE 'CREATE TABLE ' || quote_ident('{spec.table}_s' || (i - 1))
-                || ' PARTITION OF {ring} FOR VALUES FROM (' || bounds[i] || ') TO ('
-                || bounds[i + 1] || ')';
-    END LOOP;
+    END IF;{segments}
 END
 $$"""
 
