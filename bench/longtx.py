@@ -25,7 +25,7 @@ from psycopg import sql
 
 from bench.env import BenchEnv
 from bench.measure import Measurement
-from bench.soak import table_stats
+from bench.soak import RELATIONS, table_stats
 from bench.systems.base import System
 from bench.workloads import STEADY_CONSUMERS, STEADY_PRODUCERS, SteadyRun, run_steady
 
@@ -232,11 +232,8 @@ class _Timeline:
             return None
         with self._lock:
             row = self._conn.execute(
-                # A table and, if it is partitioned (a ring of many slots), its partitions.
-                "SELECT sum(pg_total_relation_size(r))::bigint FROM unnest(%s::text[]) AS t, "
-                "LATERAL (SELECT t::regclass AS r UNION ALL "
-                "SELECT p.relid FROM pg_partition_tree(t::regclass) AS p WHERE p.isleaf) AS x",
-                (self._tables,),
+                f"SELECT sum(pg_total_relation_size(r))::bigint FROM ({RELATIONS}) AS w",
+                {"tables": self._tables},
             ).fetchone()
             size = int(row[0]) if row and row[0] is not None else 0
             self.sizes.append((time.perf_counter() - self._t0, size))

@@ -11,6 +11,13 @@ from bench.env import BenchEnv
 from bench.measure import Measurement
 from bench.systems.base import System
 
+#: The tables named by ``%(tables)s`` and, for a partitioned one (a ring of many slots), its
+#: partitions, which hold its rows (a partitioned table has no storage of its own).
+RELATIONS = (
+    "SELECT x.r FROM unnest(%(tables)s::text[]) AS t, LATERAL (SELECT t::regclass AS r "
+    "UNION ALL SELECT p.relid FROM pg_partition_tree(t::regclass) AS p WHERE p.isleaf) AS x"
+)
+
 
 def table_stats(system: System) -> tuple[int, int]:
     """Total size in bytes (tables, indexes, TOAST) and dead tuples of the system's tables."""
@@ -28,14 +35,12 @@ def _table_counters(system: System) -> tuple[int, int, int, int]:
     with psycopg.connect(system.dsn) as conn:
         size = dead = updates = hot = 0
         for table in system.tables:
-            # The table and, if it is partitioned (a ring of many slots), its partitions.
             row = conn.execute(
                 "SELECT sum(pg_total_relation_size(c.oid)), sum(coalesce(s.n_dead_tup, 0)), "
                 "sum(coalesce(s.n_tup_upd, 0)), sum(coalesce(s.n_tup_hot_upd, 0)) "
                 "FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
-                "WHERE c.oid = %(t)s::regclass OR c.oid IN "
-                "(SELECT relid FROM pg_partition_tree(%(t)s::regclass) WHERE isleaf)",
-                {"t": table},
+                f"WHERE c.oid IN ({RELATIONS})",
+                {"tables": [table]},
             ).fetchone()
             assert row is not None
             size, dead = size + int(row[0]), dead + int(row[1])
