@@ -96,6 +96,11 @@ class RingSweeper(RingBase):
         the ring that the caller's pop did not see."""
         size = positive("batch", batch, self.spec.options.rescue_batch)
         placed = 0
+        if self._sequences:
+            # At most one lap per statement: two numbers a lap apart fall on one slot, and
+            # ring_return's UPDATE would place either, the later as readily as the earlier,
+            # leaving an older message aside behind a newer one.
+            size = min(size, self.capacity)
         while True:
             if self._sequences:
                 params = {"n": size, "lock_key": self.spec.lock_key}

@@ -203,6 +203,27 @@ def test_fail_waits_out_the_backoff_then_goes_to_the_failed_table(bed: RingBed) 
     assert bed.failed_ids() == []
 
 
+def test_a_retry_of_more_than_a_lap_returns_in_failure_order(
+    request: pytest.FixtureRequest, table_name: str
+) -> None:
+    # Ten failed messages retried at once into a ring of four: two numbers a lap apart fall
+    # on one slot, and the return used to place either, so an older message could wait aside
+    # behind newer ones. One lap per statement keeps the order.
+    with ring_bed("postgresql", request, table_name, max_attempts=1) as bed:
+        q, ex = bed.queue, bed.ex
+        for start in range(0, 10, 2):
+            q.push_many(ex, [{"n": start}, {"n": start + 1}])
+            q.fail(ex, q.pop_batch(ex, 2), "boom")
+        assert q.retry(ex, range(100)) == 10
+        taken: list[int] = []
+        while len(taken) < 10:
+            popped = q.pop_batch(ex, 4)
+            assert popped, taken
+            taken += [m.payload["n"] for m in popped]  # type: ignore[misc]
+            q.ack(ex, popped)
+        assert taken == list(range(10))
+
+
 def test_a_pop_waits_out_a_sweeper_to_take_a_due_retry(pg_bed: RingBed) -> None:
     # A burst worker whose pop met its own maintenance thread at work found the ring empty
     # while the retry was due, and stopped: the pop now waits for the sweepers' lock.
