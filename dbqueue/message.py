@@ -24,10 +24,14 @@ class State(IntEnum):
         try:
             if isinstance(value, str):
                 return cls[value.upper()]
-            return cls(value)
+            # Only ints: State(Decimal("sNaN")) raises what no caller expects, and 1.0 would
+            # pass for leased.
+            if isinstance(value, int) and not isinstance(value, bool):
+                return cls(value)
         except (KeyError, ValueError):
-            names = ", ".join(s.name.lower() for s in cls)
-            raise InvalidArgument(f"unknown state {shown(value)}; use one of {names}") from None
+            pass
+        names = ", ".join(s.name.lower() for s in cls)
+        raise InvalidArgument(f"unknown state {shown(value)}; use one of {names}")
 
 
 class DeliveryMode(StrEnum):
