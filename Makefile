@@ -21,7 +21,7 @@ CHAOS_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo demo-spark test test-django52 test-sqlalchemy20 chaos bench bench-quick bench-sync-off bench-ring-storage bench-compaction-cost bench-ring-partitions bench-spark-archive bench-spark-push lint format typecheck check screenshots docs docs-serve clean distclean
+.PHONY: help venv demo demo-spark test test-fast test-django52 test-sqlalchemy20 chaos bench bench-quick bench-sync-off bench-ring-storage bench-compaction-cost bench-ring-partitions bench-spark-archive bench-spark-push lint format typecheck check screenshots docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -60,6 +60,11 @@ demo-spark: venv ## Spark demo: 1M page views pushed from a DataFrame, drained, 
 # line, "N passed, N failed").
 test: venv $(STAMP52) $(STAMP20) ## Run the whole test suite (PostgreSQL and SQLite), then the Django 5.2 LTS and SQLAlchemy 2.0 runs
 	$(PY) scripts/run_tests.py --also django52 $(VENV52)/bin/python --also sqlalchemy20 $(VENV20)/bin/python $(PYTEST_ARGS)
+
+# The edit-test loop: what needs neither PostgreSQL nor Spark (unit tests, SQLite), without the
+# solo storage tests. The whole suite, and CI, is `make check`.
+test-fast: venv ## Run the unit and SQLite tests only (no PostgreSQL, no Spark), in under 3 minutes
+	$(PY) -m pytest -n auto --dist loadgroup --solo=exclude -m "not postgresql and not spark" $(PYTEST_ARGS)
 
 bench: venv ## Run the full benchmark (every system and workload); report in bench/results/<date>
 	$(PY) -m bench $(BENCH_ARGS)
@@ -124,10 +129,10 @@ format: venv ## Format the code with ruff and apply ruff's safe fixes
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-typecheck: venv ## Type-check dbqueue and dbqueue_django with mypy (strict)
-	$(VENV)/bin/mypy dbqueue dbqueue_django
+typecheck: venv ## Type-check the three packages and the bench with mypy (strict)
+	$(VENV)/bin/mypy dbqueue dbqueue_django dbqueue_sa bench
 
-check: lint typecheck test ## Run lint, typecheck and test
+check: lint typecheck test ## Run lint, typecheck and the whole test suite (what CI runs)
 
 screenshots: venv ## Retake the admin screenshots in docs/images (needs Debian's chromium)
 	$(PY) scripts/admin_screenshots.py
