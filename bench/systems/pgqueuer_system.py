@@ -1,4 +1,4 @@
-"""pgqueuer 1.6 through its asyncio API and the psycopg driver, driven as PEERS.md says:
+"""pgqueuer 1.6 through its asyncio API and the psycopg driver, driven through its documented API:
 ``Queries.enqueue`` to push (scalars for one job, lists for a batch) and a ``QueueManager``
 whose one entrypoint is a no-op handler to consume (default batch size 10).
 
@@ -41,7 +41,7 @@ class PgQueuer(System):
     # QueueManager loop, measured by drain and steady.
     workloads = frozenset({"push_single", "push_batch", "drain", "steady", "longtx"})
     # QueueManager.run(batch_size=...) takes any size, but the report compares our drain with
-    # pgqueuer's default of 10 (what PEERS.md measured), and --quick keeps the last size only.
+    # pgqueuer's default of 10, and --quick keeps the last size only.
     drain_batches = (10,)
     tables = ("pgqueuer", "pgqueuer_log")
 

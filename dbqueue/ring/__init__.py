@@ -1,5 +1,5 @@
 """The ring queue: ``capacity`` preallocated slots, numbered pushes and pops (the LMAX
-Disruptor pattern in SQL; DESIGN.md, "Ring queue protocol").
+Disruptor pattern in SQL; docs/explanation/design.md, "The ring layout").
 
 A pusher takes number ``p`` from ``<table>_push_seq`` and writes slot ``p % capacity`` if it is
 empty and holds ``p - capacity``; a popper takes ``q`` from ``<table>_pop_seq`` and takes slot

@@ -1,5 +1,5 @@
 """Bad input on every front: a typed error with a message naming what was wrong, raised before
-anything is written, and nothing already stored changed (DESIGN.md, "Bad input").
+anything is written, and nothing already stored changed (docs/reference/api.md, "Errors").
 
 Every test starts from a queue holding ready and leased items and compares ``counts()`` and
 ``states()`` before and after.

@@ -1,4 +1,5 @@
-"""DESIGN.md's ring invariants under random interleavings (hypothesis stateful testing).
+"""The ring's invariants (docs/explanation/design.md, "The ring layout") under random
+interleavings (hypothesis stateful testing).
 
 Clients here are sequential, but every way a real client can stop half-way is a rule: a pusher
 that takes a number and dies, a pusher whose write lands late (after its number may have been

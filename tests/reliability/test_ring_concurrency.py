@@ -4,7 +4,7 @@ times and pushes wait for free slots, while the test kills some of them with ``k
 starts replacements, and a sweeper (``RingQueue.rescue``) runs beside them.
 
 The workers keep exact books in tables next to the ring (see ringworker's docstring); the tests
-check the protocol's invariants (DESIGN.md, "Ring queue protocol") against them:
+check the protocol's invariants (docs/explanation/design.md, "The ring layout") against them:
 
 * nothing pushed is lost, and nothing whose push rolled back is ever delivered;
 * at-least-once: every message is acked exactly once, and every extra delivery is accounted

@@ -29,7 +29,7 @@ DIALECT = get_dialect("postgresql")
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A local SparkSession (2 cores) with the ``dbqueue`` data source registered."""
-    # The Python workers must run this interpreter (see DESIGN.md, "Data pipeline").
+    # Spark's Python workers must run this interpreter, which has dbqueue installed.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
