@@ -48,12 +48,14 @@ def create_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
         f"CREATE TABLE {data} (\n    id {data_id},\n{payload}"
         f"    enqueued_at {ts} NOT NULL DEFAULT {now},\n    last_error text NULL\n)",
         f"CREATE TABLE {meta} (\n    id bigint NOT NULL PRIMARY KEY,\n"
-        f"    state smallint NOT NULL DEFAULT 0,\n    priority smallint NOT NULL DEFAULT 0,\n"
+        f"    state smallint NOT NULL DEFAULT {int(State.READY)},\n"
+        f"    priority smallint NOT NULL DEFAULT 0,\n"
         f"    run_at {ts} NOT NULL DEFAULT {now},\n    attempts smallint NOT NULL DEFAULT 0,\n"
         f"    lease_until {ts} NULL\n)",
         f"CREATE INDEX {q(spec.index_name('ready'))} ON {meta} "
-        f"(priority DESC, run_at, id) WHERE state = 0",
-        f"CREATE INDEX {q(spec.index_name('leased'))} ON {meta} (lease_until) WHERE state = 1",
+        f"(priority DESC, run_at, id) WHERE state = {int(State.READY)}",
+        f"CREATE INDEX {q(spec.index_name('leased'))} ON {meta} (lease_until) "
+        f"WHERE state = {int(State.LEASED)}",
     ]
     if pg:
         statements.extend(tuning_statements(spec, dialect))

@@ -21,6 +21,7 @@ from functools import cache
 from importlib import resources
 
 from dbqueue.dialects.base import Dialect
+from dbqueue.message import State
 from dbqueue.spec import Field, QueueSpec
 
 _HEADER = re.compile(r"^-- ([a-z_]+) --$")
@@ -92,7 +93,8 @@ def payload_arrays(dialect: Dialect, fields: Sequence[Field]) -> list[str]:
 
 
 def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
-    """The identifier fragments the split-layout statements are written with."""
+    """The identifier fragments the split-layout statements are written with, and the meta
+    table's states by name (``{state_ready}``: dbqueue.message.State)."""
     q = dialect.quote
     fields = spec.fields
     params = [dialect.payload_param(f"p{i}", f) for i, f in enumerate(fields)]
@@ -106,6 +108,7 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         unnest_source = f"generate_series(1, {dialect.param('count')}) WITH ORDINALITY AS r(x, ord)"
     data, meta = q(spec.table), q(spec.meta_table)
     return {
+        **{f"state_{state.name.lower()}": str(int(state)) for state in State},
         "data": data,
         "meta": meta,
         "insert_columns": ", ".join([*(q(f.name) for f in fields), "enqueued_at"]),

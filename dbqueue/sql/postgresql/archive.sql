@@ -19,7 +19,7 @@ SELECT statement_timestamp() - %(older_than)s::interval;
 
 -- _archivable_split --
 -- A fragment: X(c) of a split queue's meta row m (done or failed, finished before c).
-m.state IN (2, 3) AND m.run_at < %(cutoff)s::timestamptz
+m.state IN ({state_done}, {state_failed}) AND m.run_at < %(cutoff)s::timestamptz
 
 -- archive_split_count --
 SELECT count(*) FROM {meta} AS m JOIN {data} AS d ON d.id = m.id

@@ -69,7 +69,7 @@ WITH s AS MATERIALIZED (
     SELECT s.id{s_columns}, statement_timestamp() FROM s ORDER BY s.id
 ), m AS (
     INSERT INTO {meta} (id, state, priority, run_at, attempts)
-    SELECT s.id, 0, coalesce(s.priority, 0), coalesce(s.run_at, statement_timestamp()), 0
+    SELECT s.id, {state_ready}, coalesce(s.priority, 0), coalesce(s.run_at, statement_timestamp()), 0
     FROM s ORDER BY s.id
 ), gone AS (
     DELETE FROM {stage} WHERE write_id = %(write_id)s AND part >= 0

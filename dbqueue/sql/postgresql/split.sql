@@ -14,7 +14,7 @@ WITH d AS (
     RETURNING id
 )
 INSERT INTO {meta} (id, state, priority, run_at, attempts)
-SELECT d.id, 0, %(priority)s,
+SELECT d.id, {state_ready}, %(priority)s,
        COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0
 FROM d
 RETURNING id;
@@ -30,7 +30,7 @@ WITH d AS (
     RETURNING id
 ), m AS (
     INSERT INTO {meta} (id, state, priority, run_at, attempts)
-    SELECT d.id, 0, %(priority)s,
+    SELECT d.id, {state_ready}, %(priority)s,
            COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0
     FROM d
 )
@@ -43,7 +43,7 @@ SELECT id FROM d ORDER BY id;
 -- time split_pop_done returns and orders by (it overwrites the column with the finish time).
 picked AS (
     SELECT id, run_at FROM {meta}
-    WHERE state = 0 AND run_at <= statement_timestamp()
+    WHERE state = {state_ready} AND run_at <= statement_timestamp()
     ORDER BY priority DESC, run_at, id
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
@@ -53,7 +53,7 @@ picked AS (
 -- A fragment of both leasing pops: the picked rows leased, one more attempt counted.
 m AS (
     UPDATE {meta} AS m
-    SET state = 1, attempts = m.attempts + 1,
+    SET state = {state_leased}, attempts = m.attempts + 1,
         lease_until = statement_timestamp() + %(lease)s::interval
     FROM picked
     WHERE m.id = picked.id AND {_relaxed}
@@ -88,7 +88,7 @@ ORDER BY m.priority DESC, m.run_at, m.id;
 -- a failed row, run_at records when the item left the queue; the message carries its due time.
 WITH {_picked}, m AS (
     UPDATE {meta} AS m
-    SET state = 2, attempts = m.attempts + 1, run_at = statement_timestamp(),
+    SET state = {state_done}, attempts = m.attempts + 1, run_at = statement_timestamp(),
         lease_until = NULL
     FROM picked
     WHERE m.id = picked.id
@@ -105,7 +105,7 @@ ORDER BY m.priority DESC, m.run_at, m.id;
 -- `allowed` is all of them, or none when strict and any is missing.
 mine AS (
     SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
-    WHERE m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
+    WHERE m.state = {state_leased} AND m.attempts = COALESCE(tok.attempts, m.attempts)
     ORDER BY m.id
     FOR UPDATE OF m
 ), allowed AS (
@@ -135,7 +135,7 @@ tok AS (
 -- with run_at = when they finished; their data rows and attempts stay for the archive job.
 {_ack_held}, acked AS (
     UPDATE {meta} AS m
-    SET state = 2, run_at = statement_timestamp(), lease_until = NULL
+    SET state = {state_done}, run_at = statement_timestamp(), lease_until = NULL
     FROM allowed
     WHERE m.id = allowed.id AND {_relaxed}
     RETURNING m.id
@@ -155,7 +155,7 @@ acked_first AS (
     SELECT count(*) AS n FROM acked
 ), picked AS (
     SELECT id, run_at FROM {meta}
-    WHERE state = 0 AND run_at <= statement_timestamp() AND (SELECT n FROM acked_first) >= 0
+    WHERE state = {state_ready} AND run_at <= statement_timestamp() AND (SELECT n FROM acked_first) >= 0
     ORDER BY priority DESC, run_at, id
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
@@ -193,7 +193,7 @@ WITH tok AS (
                          %(errors)b::text[]) AS t(id, attempts, delay, error)
 ), {_held_tokens}, m AS (
     UPDATE {meta} AS m
-    SET state = CASE WHEN m.attempts >= %(max_attempts)s THEN 3 ELSE 0 END,
+    SET state = CASE WHEN m.attempts >= %(max_attempts)s THEN {state_failed} ELSE {state_ready} END,
         run_at = CASE WHEN m.attempts >= %(max_attempts)s THEN statement_timestamp()
                       ELSE statement_timestamp() + tok.delay END,
         lease_until = NULL
@@ -215,7 +215,7 @@ WITH tok AS (
 UPDATE {meta} AS m
 SET lease_until = statement_timestamp() + %(lease)s::interval
 FROM tok
-WHERE m.id = tok.id AND m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
+WHERE m.id = tok.id AND m.state = {state_leased} AND m.attempts = COALESCE(tok.attempts, m.attempts)
 RETURNING m.id;
 
 -- split_release --
@@ -225,9 +225,9 @@ WITH tok AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
 )
 UPDATE {meta} AS m
-SET state = 0, lease_until = NULL, attempts = m.attempts - 1
+SET state = {state_ready}, lease_until = NULL, attempts = m.attempts - 1
 FROM tok
-WHERE m.id = tok.id AND m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
+WHERE m.id = tok.id AND m.state = {state_leased} AND m.attempts = COALESCE(tok.attempts, m.attempts)
 RETURNING m.id;
 
 -- split_not_leased --
@@ -235,13 +235,13 @@ RETURNING m.id;
 SELECT t.id
 FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
 LEFT JOIN {meta} AS m
-  ON m.id = t.id AND m.state = 1 AND m.attempts = COALESCE(t.attempts, m.attempts)
+  ON m.id = t.id AND m.state = {state_leased} AND m.attempts = COALESCE(t.attempts, m.attempts)
 WHERE m.id IS NULL;
 
 -- split_retry --
 UPDATE {meta}
-SET state = 0, attempts = 0, run_at = statement_timestamp(), lease_until = NULL
-WHERE id = ANY(%(ids)b::bigint[]) AND state = 3
+SET state = {state_ready}, attempts = 0, run_at = statement_timestamp(), lease_until = NULL
+WHERE id = ANY(%(ids)b::bigint[]) AND state = {state_failed}
 RETURNING id;
 
 -- split_set_priority --
@@ -257,13 +257,13 @@ WITH lock AS (
     SELECT pg_try_advisory_xact_lock(%(lock_key)s) AS got
 ), expired AS (
     SELECT m.id FROM {meta} AS m
-    WHERE m.state = 1 AND m.lease_until < statement_timestamp() AND (SELECT got FROM lock)
+    WHERE m.state = {state_leased} AND m.lease_until < statement_timestamp() AND (SELECT got FROM lock)
     ORDER BY m.lease_until
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), m AS (
     UPDATE {meta} AS m
-    SET state = CASE WHEN m.attempts >= %(max_attempts)s THEN 3 ELSE 0 END,
+    SET state = CASE WHEN m.attempts >= %(max_attempts)s THEN {state_failed} ELSE {state_ready} END,
         run_at = statement_timestamp(), lease_until = NULL
     FROM expired
     WHERE m.id = expired.id
@@ -279,17 +279,17 @@ SELECT id, state FROM m;
 -- When an idle worker next has work that no push will announce: the earliest run_at of a
 -- ready item (a delay, a retry's back-off) or expiry of a lease (NULL: neither). Each
 -- sub-select reads one partial index.
-SELECT least((SELECT min(run_at) FROM {meta} WHERE state = 0),
-             (SELECT min(lease_until) FROM {meta} WHERE state = 1)) AS due;
+SELECT least((SELECT min(run_at) FROM {meta} WHERE state = {state_ready}),
+             (SELECT min(lease_until) FROM {meta} WHERE state = {state_leased})) AS due;
 
 -- split_stats --
-SELECT count(*) FILTER (WHERE state = 0 AND run_at <= statement_timestamp()),
-       count(*) FILTER (WHERE state = 0 AND run_at > statement_timestamp()),
-       count(*) FILTER (WHERE state = 1),
-       count(*) FILTER (WHERE state = 1 AND lease_until < statement_timestamp()),
-       count(*) FILTER (WHERE state = 2),
-       count(*) FILTER (WHERE state = 3),
-       min(run_at) FILTER (WHERE state = 0 AND run_at <= statement_timestamp()),
+SELECT count(*) FILTER (WHERE state = {state_ready} AND run_at <= statement_timestamp()),
+       count(*) FILTER (WHERE state = {state_ready} AND run_at > statement_timestamp()),
+       count(*) FILTER (WHERE state = {state_leased}),
+       count(*) FILTER (WHERE state = {state_leased} AND lease_until < statement_timestamp()),
+       count(*) FILTER (WHERE state = {state_done}),
+       count(*) FILTER (WHERE state = {state_failed}),
+       min(run_at) FILTER (WHERE state = {state_ready} AND run_at <= statement_timestamp()),
        statement_timestamp()
 FROM {meta};
 

@@ -11,7 +11,7 @@
 INSERT INTO {data} ({insert_columns})
 VALUES ({payload_params}:now);
 INSERT INTO {meta} (id, state, priority, run_at, attempts)
-VALUES (last_insert_rowid(), 0, :priority, :run_at, 0)
+VALUES (last_insert_rowid(), {state_ready}, :priority, :run_at, 0)
 RETURNING id;
 
 -- split_push_many --
@@ -19,14 +19,14 @@ RETURNING id;
 INSERT INTO {data} ({insert_columns})
 VALUES ({payload_params}:now);
 INSERT INTO {meta} (id, state, priority, run_at, attempts)
-VALUES (last_insert_rowid(), 0, :priority, :run_at, 0)
+VALUES (last_insert_rowid(), {state_ready}, :priority, :run_at, 0)
 RETURNING id;
 
 -- _picked --
 -- A fragment of every pop: the due items in delivery order (SQLite has one writer: nothing to
 -- skip).
 SELECT id FROM {meta}
-WHERE state = 0 AND run_at <= :now
+WHERE state = {state_ready} AND run_at <= :now
 ORDER BY priority DESC, run_at, id
 LIMIT :n
 
@@ -34,7 +34,7 @@ LIMIT :n
 -- Correlated subqueries in RETURNING read the payload by primary key in the same statement
 -- (RETURNING cannot see a table alias, hence the table's own name in them).
 UPDATE {meta}
-SET state = 1, attempts = attempts + 1, lease_until = :lease_until
+SET state = {state_leased}, attempts = attempts + 1, lease_until = :lease_until
 WHERE id IN ({_picked})
 RETURNING id, attempts, priority, run_at, lease_until,
           (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id),
@@ -54,7 +54,7 @@ DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
 -- the message carries and is ordered by) is overwritten with the finish time by a second
 -- statement of the block.
 UPDATE {meta}
-SET state = 2, attempts = attempts + 1, lease_until = NULL
+SET state = {state_done}, attempts = attempts + 1, lease_until = NULL
 WHERE id IN ({_picked})
 RETURNING id, attempts, priority, run_at, NULL,
           (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id),
@@ -66,7 +66,7 @@ UPDATE {meta} SET run_at = :now WHERE id IN (SELECT value FROM json_each(:ids));
 -- all of them, or none when strict and any is missing.
 mine AS (
     SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
-    WHERE m.state = 1 AND m.attempts = COALESCE(tok.attempts, m.attempts)
+    WHERE m.state = {state_leased} AND m.attempts = COALESCE(tok.attempts, m.attempts)
 ), allowed AS (
     SELECT id FROM mine WHERE NOT :strict OR (SELECT count(*) FROM mine) = :count
 )
@@ -90,7 +90,7 @@ DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
 -- data row and attempts stay for the archive job.
 WITH {_ack_held}
 UPDATE {meta}
-SET state = 2, run_at = :now, lease_until = NULL
+SET state = {state_done}, run_at = :now, lease_until = NULL
 WHERE id IN (SELECT id FROM allowed)
 RETURNING id;
 
@@ -101,7 +101,7 @@ WITH tok AS (
     FROM json_each(:tokens)
 ), {_held_tokens}
 UPDATE {meta} AS m
-SET state = CASE WHEN attempts >= :max_attempts THEN 3 ELSE 0 END,
+SET state = CASE WHEN attempts >= :max_attempts THEN {state_failed} ELSE {state_ready} END,
     run_at = CASE WHEN attempts >= :max_attempts THEN :now
                   ELSE (SELECT tok.run_at FROM tok WHERE tok.id = m.id) END,
     lease_until = NULL
@@ -115,7 +115,7 @@ WHERE id IN (SELECT value FROM json_each(:ids));
 -- split_extend --
 UPDATE {meta} AS m
 SET lease_until = :lease_until
-WHERE state = 1 AND EXISTS (
+WHERE state = {state_leased} AND EXISTS (
     SELECT 1 FROM json_each(:tokens) AS t
     WHERE json_extract(t.value, '$[0]') = m.id
       AND COALESCE(json_extract(t.value, '$[1]'), m.attempts) = m.attempts
@@ -125,8 +125,8 @@ RETURNING id;
 -- split_release --
 -- See postgresql/split.sql.
 UPDATE {meta} AS m
-SET state = 0, lease_until = NULL, attempts = m.attempts - 1
-WHERE state = 1 AND EXISTS (
+SET state = {state_ready}, lease_until = NULL, attempts = m.attempts - 1
+WHERE state = {state_leased} AND EXISTS (
     SELECT 1 FROM json_each(:tokens) AS t
     WHERE json_extract(t.value, '$[0]') = m.id
       AND COALESCE(json_extract(t.value, '$[1]'), m.attempts) = m.attempts
@@ -138,14 +138,14 @@ SELECT json_extract(t.value, '$[0]')
 FROM json_each(:tokens) AS t
 WHERE NOT EXISTS (
     SELECT 1 FROM {meta} AS m
-    WHERE m.id = json_extract(t.value, '$[0]') AND m.state = 1
+    WHERE m.id = json_extract(t.value, '$[0]') AND m.state = {state_leased}
       AND m.attempts = COALESCE(json_extract(t.value, '$[1]'), m.attempts)
 );
 
 -- split_retry --
 UPDATE {meta}
-SET state = 0, attempts = 0, run_at = :now, lease_until = NULL
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 3
+SET state = {state_ready}, attempts = 0, run_at = :now, lease_until = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = {state_failed}
 RETURNING id;
 
 -- split_set_priority --
@@ -156,11 +156,11 @@ RETURNING id;
 -- split_rescue --
 -- SQLite serialises writers, so two rescuers simply run one after the other.
 UPDATE {meta}
-SET state = CASE WHEN attempts >= :max_attempts THEN 3 ELSE 0 END,
+SET state = CASE WHEN attempts >= :max_attempts THEN {state_failed} ELSE {state_ready} END,
     run_at = :now, lease_until = NULL
 WHERE id IN (
     SELECT id FROM {meta}
-    WHERE state = 1 AND lease_until < :now
+    WHERE state = {state_leased} AND lease_until < :now
     ORDER BY lease_until
     LIMIT :n
 )
@@ -170,17 +170,17 @@ UPDATE {data} SET last_error = :error WHERE id IN (SELECT value FROM json_each(:
 -- split_next_due --
 -- See postgresql/split.sql (SQLite's two-argument min() is NULL if either is).
 SELECT CASE WHEN l IS NULL OR r < l THEN r ELSE l END AS due
-FROM (SELECT (SELECT min(run_at) FROM {meta} WHERE state = 0) AS r,
-             (SELECT min(lease_until) FROM {meta} WHERE state = 1) AS l);
+FROM (SELECT (SELECT min(run_at) FROM {meta} WHERE state = {state_ready}) AS r,
+             (SELECT min(lease_until) FROM {meta} WHERE state = {state_leased}) AS l);
 
 -- split_stats --
-SELECT coalesce(sum(state = 0 AND run_at <= :now), 0),
-       coalesce(sum(state = 0 AND run_at > :now), 0),
-       coalesce(sum(state = 1), 0),
-       coalesce(sum(state = 1 AND lease_until < :now), 0),
-       coalesce(sum(state = 2), 0),
-       coalesce(sum(state = 3), 0),
-       min(CASE WHEN state = 0 AND run_at <= :now THEN run_at END),
+SELECT coalesce(sum(state = {state_ready} AND run_at <= :now), 0),
+       coalesce(sum(state = {state_ready} AND run_at > :now), 0),
+       coalesce(sum(state = {state_leased}), 0),
+       coalesce(sum(state = {state_leased} AND lease_until < :now), 0),
+       coalesce(sum(state = {state_done}), 0),
+       coalesce(sum(state = {state_failed}), 0),
+       min(CASE WHEN state = {state_ready} AND run_at <= :now THEN run_at END),
        :now
 FROM {meta};
 
