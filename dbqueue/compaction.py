@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 from dbqueue.errors import QueueUnavailable, TransactionStateError
 from dbqueue.executor import Executor
 from dbqueue.outage import sqlstate
+from dbqueue.rows import ValueRow
 from dbqueue.spec import advisory_key
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ def size(layout: Layout, ex: Executor) -> int:
     database keeps no dead versions."""
     if not layout.dialect.keeps_dead_versions:
         return 0
-    return int(layout._run(ex, "size", {})[0][0])
+    return int(layout._rows(ex, "size", {}, ValueRow)[0].value)
 
 
 #: Seconds between two looks at a queue's size by a consumer that compacts it (the worker's

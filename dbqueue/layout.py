@@ -28,6 +28,7 @@ from dbqueue.errors import (
 from dbqueue.executor import Executor, Row, UnloadedRow
 from dbqueue.message import DeliveryMode, Message, State
 from dbqueue.outage import is_outage, unavailable
+from dbqueue.rows import NumberRow, StateRow, ValueRow
 from dbqueue.spec import PRIORITY_MAX, PRIORITY_MIN, QueueSpec
 from dbqueue.sql import Statement, render
 
@@ -233,6 +234,15 @@ class Layout:
                 raise unavailable(exc, self.spec.table, operation, not_stored) from exc
             raise
 
+    def _rows[R: tuple[Any, ...]](
+        self, ex: Executor, operation: str, params: dict[str, Any], row: type[R]
+    ) -> list[R]:
+        """Run ``operation`` and read its rows by name as ``row``, a NamedTuple of its first
+        columns."""
+        width = len(row._fields)  # type: ignore[attr-defined]
+        make = row._make  # type: ignore[attr-defined]
+        return [make(r[:width]) for r in self._run(ex, operation, params)]
+
     def _missing(self, exc: QueueTableMissing) -> QueueTableMissing:
         """What to tell of a relation the database says does not exist (``exc``)."""
         return QueueTableMissing(
@@ -249,7 +259,8 @@ class Layout:
             rows = ex.execute(part, params)
             if rows:
                 result = rows
-                params = {**params, "ids": self.dialect.array([r[0] for r in rows])}
+                ids = [NumberRow._make(r[:1]).number for r in rows]
+                params = {**params, "ids": self.dialect.array(ids)}
             elif "RETURNING" in part:
                 params = {**params, "ids": self.dialect.array([])}
         return result
@@ -409,13 +420,15 @@ class Layout:
         return {"tokens": self.dialect.array(rows), "count": len(tokens)}
 
     def _check_leased(
-        self, ex: Executor, tokens: list[Token], done: list[Row], operation: str
+        self, ex: Executor, tokens: list[Token], done: list[int], operation: str
     ) -> None:
+        """Raise NotLeased unless a strict operation found every token (``done``: the ids it
+        settled)."""
         if len(done) == len(tokens):
             return
         self._raise_if_compacted(ex, operation)
-        rows = self._run(ex, "not_leased", self._token_params(tokens))
-        bad = {int(r[0]) for r in rows} or ({t[0] for t in tokens} - {int(r[0]) for r in done})
+        rows = self._rows(ex, "not_leased", self._token_params(tokens), NumberRow)
+        bad = {int(r.number) for r in rows} or ({t[0] for t in tokens} - set(done))
         raise NotLeased(bad, operation)
 
     def _raise_if_compacted(self, ex: Executor, operation: str) -> None:
@@ -426,7 +439,7 @@ class Layout:
         if (
             self.dialect.keeps_dead_versions
             and ex.in_transaction()
-            and self._run(ex, "compacted", {})[0][0]
+            and self._rows(ex, "compacted", {}, ValueRow)[0].value
         ):
             raise SnapshotTooOld(self.spec.table, operation)
 
@@ -456,10 +469,10 @@ class Layout:
         # The clock only where the statement reads it: a keep_done ack records when it finished.
         clock = self._clock() if self.spec.options.keep_done else {}
         params = {**self._token_params(tokens), "strict": strict, **clock}
-        rows = self._run(ex, "ack", params)
+        acked = [int(r.number) for r in self._rows(ex, "ack", params, NumberRow)]
         if strict:
-            self._check_leased(ex, tokens, rows, "ack")
-        return [int(r[0]) for r in rows]
+            self._check_leased(ex, tokens, acked, "ack")
+        return acked
 
     def fail(
         self,
@@ -512,7 +525,7 @@ class Layout:
         delays = [delay if delay is not None else backoff.delay(t[1] or 1) for t in tokens]
         errors = [storable_error(e) for e in errors]
         rows = self._fail_tokens(ex, tokens, delays, errors, strict, final=final)
-        return {int(r[0]): State(r[1]) for r in rows}
+        return {int(r.number): State(r.state) for r in rows}
 
     def _fail_tokens(
         self,
@@ -523,13 +536,13 @@ class Layout:
         strict: bool,
         *,
         final: bool = False,
-    ) -> list[Row]:
+    ) -> list[StateRow]:
         """Fail ``tokens`` (each with its back-off delay and error text; for good if
-        ``final``); rows of (id, new state)."""
+        ``final``); their new states."""
         params = {**self._fail_params(tokens, delays, errors, final=final), "strict": strict}
-        rows = self._run(ex, "fail", params)
+        rows = self._rows(ex, "fail", params, StateRow)
         if strict:
-            self._check_leased(ex, tokens, rows, "fail")
+            self._check_leased(ex, tokens, [r.number for r in rows], "fail")
         return rows
 
     def _fail_params(
@@ -564,14 +577,15 @@ class Layout:
 
     def _release_tokens(self, ex: Executor, tokens: list[Token]) -> list[int]:
         """Release ``tokens`` (at least one); the ids released, in any order."""
-        return [int(r[0]) for r in self._run(ex, "release", self._token_params(tokens))]
+        rows = self._rows(ex, "release", self._token_params(tokens), NumberRow)
+        return [int(r.number) for r in rows]
 
     def next_due(self, ex: Executor) -> dt.datetime | None:
         """When this queue next has work that no push announces: the earliest time an item
         waiting out a delay or a back-off is due, or a lease expires; None if there is none.
         (An idle worker sleeps until then, not until its safety poll.)"""
-        (row,) = self._run(ex, "next_due", {})
-        return self.dialect.time_result(row[0])
+        (row,) = self._rows(ex, "next_due", {}, ValueRow)
+        return self.dialect.time_result(row.value)
 
     # -- compaction (see dbqueue.compaction) ---------------------------------------------------
 
@@ -592,7 +606,7 @@ class Layout:
         """What a compaction runs (see :mod:`dbqueue.compaction`): one transaction copying
         the queue's rows; nothing if that would copy more than ``limit`` rows under its
         lock."""
-        live = int(self._run(ex, "live", {"n": limit + 1})[0][0])
+        live = int(self._rows(ex, "live", {"n": limit + 1}, ValueRow)[0].value)
         return [(("compact", {}),)] if live <= limit else []
 
     def extend(
@@ -608,7 +622,7 @@ class Layout:
     def _extend_tokens(self, ex: Executor, tokens: list[Token], lease: dt.timedelta) -> list[int]:
         """Extend the leases of ``tokens`` (at least one); the ids extended."""
         params = {**self._token_params(tokens), "lease": lease, **self._clock(lease_until=lease)}
-        return [int(r[0]) for r in self._run(ex, "extend", params)]
+        return [int(r.number) for r in self._rows(ex, "extend", params, NumberRow)]
 
     def delete(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
         """Delete items by id, whatever their state; return how many."""

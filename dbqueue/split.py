@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 from dbqueue.errors import InvalidArgument, shown
 from dbqueue.executor import Executor, Row, UnloadedRow, columns_from
@@ -24,6 +24,7 @@ from dbqueue.layout import (
     positive,
 )
 from dbqueue.message import Message, QueueStats, RescueResult, State
+from dbqueue.rows import NumberRow, StateRow, ValueRow
 from dbqueue.sql import Statement
 
 __all__ = ["SplitQueue", "TokenLike"]
@@ -38,6 +39,38 @@ def data_row(message: Message) -> dict[str, Any]:
         "enqueued_at": message.enqueued_at,
         "last_error": message.last_error,
     }
+
+
+class PopRow(NamedTuple):
+    """The first columns of a pop's row (``split_pop_leased``...): the payload follows."""
+
+    id: int
+    attempts: int
+    priority: int
+    run_at: Any
+    lease_until: Any
+    enqueued_at: Any
+    last_error: str | None
+
+
+#: Where a pop's row has its id and enqueued_at (NULL: an orphan meta row), and its payload.
+ID_AT = PopRow._fields.index("id")
+ENQUEUED_AT = PopRow._fields.index("enqueued_at")
+PAYLOAD_AT = len(PopRow._fields)
+
+
+class StatsRow(NamedTuple):
+    """The row of ``split_stats``: counts per state, then the oldest due item's time and the
+    server's now."""
+
+    ready: int
+    scheduled: int
+    leased: int
+    expired: int
+    done: int
+    failed: int
+    oldest_ready: Any
+    now: Any
 
 
 #: With ``QueueOptions.keep_done``, the statements that mark items done instead of removing
@@ -95,7 +128,7 @@ class SplitQueue(Layout):
         """Enqueue one item in the executor's transaction; return its id."""
         params = dict(zip(self._param_names, self.codec.encode(payload), strict=True))
         params.update(self._schedule(priority, delay, run_at))
-        item_id = int(self._run(ex, "push", params)[0][0])
+        item_id = int(self._rows(ex, "push", params, NumberRow)[0].number)
         self._wake(ex)
         return item_id
 
@@ -135,11 +168,11 @@ class SplitQueue(Layout):
             params = dict(schedule, count=len(chunk))
             for i, column in enumerate(zip(*chunk, strict=True)):
                 params[f"c{i}"] = list(column)
-            return [r[0] for r in self._run(ex, "push_many", params)]
+            return [r.number for r in self._rows(ex, "push_many", params, NumberRow)]
         ids = []
         for values in chunk:
             params = dict(zip(self._param_names, values, strict=True), **schedule)
-            ids.append(int(self._run(ex, "push_many", params)[0][0]))
+            ids.append(int(self._rows(ex, "push_many", params, NumberRow)[0].number))
         return ids
 
     # -- pop ----------------------------------------------------------------------------------
@@ -150,8 +183,8 @@ class SplitQueue(Layout):
         rows = self._run(ex, operation, params)
         acked = 0
         if operation == "ack_pop":  # the first column is the count acked (see split_ack_pop)
-            acked = int(rows[0][0])
-            rows = [columns_from(r, 1) for r in rows if r[1] is not None]
+            acked = int(ValueRow._make(rows[0][:1]).value)
+            rows = [columns_from(r, 1) for r in rows if r[1 + ID_AT] is not None]
         leased = operation != "pop_remove"
         return acked, self._messages(ex, self._without_orphans(ex, rows), leased)
 
@@ -160,7 +193,9 @@ class SplitQueue(Layout):
         SQL outside dbqueue) comes back without one (NULL enqueued_at, a NOT NULL column of
         the data table). Nothing is left to deliver or to record an error in: the meta row is
         removed (if the pop has not already), and logged."""
-        orphans = [int(r[0]) for r in rows if r[5] is None and not isinstance(r, UnloadedRow)]
+        orphans = [
+            int(r[ID_AT]) for r in rows if r[ENQUEUED_AT] is None and not isinstance(r, UnloadedRow)
+        ]
         if not orphans:
             return rows
         log.warning(
@@ -169,16 +204,30 @@ class SplitQueue(Layout):
         )  # fmt: skip
         self._run(ex, "delete", {"ids": self.dialect.array(orphans)})
         gone = set(orphans)
-        return [r for r in rows if int(r[0]) not in gone]
+        return [r for r in rows if int(r[ID_AT]) not in gone]
 
     def _messages(self, ex: Executor, rows: list[Row], leased: bool) -> list[Message]:
         t = self.dialect.time_result
         decode = self.codec.decode
 
         def read(r: Row) -> Message:
-            return Message(r[0], r[1], r[2], t(r[3]), t(r[4]), t(r[5]), r[6], decode(r, 7))  # type: ignore[arg-type]
+            p = PopRow._make(r[:PAYLOAD_AT])
+            return Message(
+                p.id,
+                p.attempts,
+                p.priority,
+                cast(dt.datetime, t(p.run_at)),  # NOT NULL columns
+                t(p.lease_until),
+                cast(dt.datetime, t(p.enqueued_at)),  # an orphan's NULL is gone by now
+                p.last_error,
+                decode(r, PAYLOAD_AT),
+            )
 
-        messages = self._read_each(ex, rows, read, lambda r: (int(r[0]), int(r[1])), leased=leased)
+        def token(r: Row) -> tuple[int, int]:
+            p = PopRow._make(r[:PAYLOAD_AT])
+            return int(p.id), int(p.attempts)
+
+        messages = self._read_each(ex, rows, read, token, leased=leased)
         if not self.dialect.orders_returning:
             messages.sort(key=lambda m: (-m.priority, m.run_at, m.id))
         return messages
@@ -206,17 +255,17 @@ class SplitQueue(Layout):
                 "error": RESCUE_ERROR,
                 **self._clock(),
             }
-            rows = self._run(ex, "rescue", params)
-            ready += sum(1 for r in rows if r[1] == State.READY)
-            failed += sum(1 for r in rows if r[1] == State.FAILED)
+            rows = self._rows(ex, "rescue", params, StateRow)
+            ready += sum(1 for r in rows if r.state == State.READY)
+            failed += sum(1 for r in rows if r.state == State.FAILED)
             if len(rows) < size:
                 return RescueResult(ready, failed)
 
     def stats(self, ex: Executor) -> QueueStats:
         """Counts per state and the age of the oldest due item."""
-        row = self._run(ex, "stats", self._clock())[0]
+        (row,) = self._rows(ex, "stats", self._clock(), StatsRow)
         t = self.dialect.time_result
-        oldest, now = t(row[6]), t(row[7])
+        oldest, now = t(row.oldest_ready), t(row.now)
         age = None if oldest is None or now is None else max(now - oldest, ZERO)
         ready, scheduled, leased, expired, done, failed = (int(v or 0) for v in row[:6])
         return QueueStats(ready, scheduled, leased, expired, done, failed, age)

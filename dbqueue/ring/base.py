@@ -45,15 +45,6 @@ class RingBase(Layout):
     def _params(self) -> dict[str, Any]:
         return {"capacity": self.capacity}
 
-    def _rows[R: tuple[Any, ...]](
-        self, ex: Executor, operation: str, params: dict[str, Any], row: type[R]
-    ) -> list[R]:
-        """Run ``operation`` and read its rows by name as ``row``, a NamedTuple of its first
-        columns."""
-        width = len(row._fields)  # type: ignore[attr-defined]
-        make = row._make  # type: ignore[attr-defined]
-        return [make(r[:width]) for r in self._run(ex, operation, params)]
-
     def _may_wait(self, ex: Executor) -> bool:
         """Whether a push may wait for poppers to free a slot: always where other connections
         write while a transaction is open; not inside SQLite's transaction, which holds the

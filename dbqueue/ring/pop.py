@@ -29,7 +29,8 @@ from dbqueue.layout import Token
 from dbqueue.message import Message
 from dbqueue.ring.base import PAYLOAD_AT, TAKEN_AT, RingBase
 from dbqueue.ring.claims import Claim, Verdict, judge, now
-from dbqueue.ring.states import NumberRow, PopRow, SideRow
+from dbqueue.ring.states import PopRow
+from dbqueue.rows import NumberRow, StateRow
 
 
 class AckPopHead(NamedTuple):
@@ -38,6 +39,10 @@ class AckPopHead(NamedTuple):
 
     acked: int
     acked_ids: list[int] | None
+
+
+#: Where ``ring_ack_pop``'s rows have the popped message's columns.
+HEAD_WIDTH = len(AckPopHead._fields)
 
 
 class RingPop(RingBase):
@@ -105,12 +110,13 @@ class RingPop(RingBase):
             raise
         acked = 0
         if operation == "ack_pop":
-            acked = int(rows[0][0])
+            heads = [AckPopHead._make(r[:HEAD_WIDTH]) for r in rows]
+            acked = int(heads[0].acked)
             if acked < len(params["ids"]):  # a pusher moved some of the batch aside
                 # acked_ids is on one row (see _then_lease); acked on every row.
-                ids = next((r[1] for r in rows if r[1] is not None), None)
+                ids = next((h.acked_ids for h in heads if h.acked_ids is not None), None)
                 acked += self._ack_aside(ex, params, AckPopHead(acked, ids))
-            rows = [columns_from(r, 2) for r in rows if r[2] is not None]
+            rows = [columns_from(r, HEAD_WIDTH) for r in rows if r[HEAD_WIDTH] is not None]
         messages = self._messages(ex, rows, leased=operation != "pop_remove")
         return acked, messages, self._keep_claims(ex, rows, held, looked=bool(held))
 
@@ -169,22 +175,22 @@ class RingPop(RingBase):
 
     # -- settle -----------------------------------------------------------------------------
 
-    def _settle(
+    def _settle[R: NumberRow | StateRow](
         self,
         ex: Executor,
         tokens: list[Token],
-        once: Callable[[list[Token]], list[Row]],
+        once: Callable[[list[Token]], list[R]],
         operation: str,
         strict: bool,
-    ) -> list[Row]:
+    ) -> list[R]:
         """Settle ``tokens`` with ``once`` (non-strict, in the slots and the side table; rows
         start with the number), and once more for those it did not find: a new statement sees
         a move to the side table that committed while the first waited for a slot. Strict: in
         one transaction, rolled back by :class:`NotLeased` unless every token was found."""
 
-        def all_of() -> list[Row]:
+        def all_of() -> list[R]:
             rows = list(once(tokens))
-            found = {r[0] for r in rows}
+            found = {r.number for r in rows}
             missing = [t for t in tokens if t[0] not in found]
             return rows + list(once(missing)) if missing else rows
 
@@ -193,7 +199,7 @@ class RingPop(RingBase):
         with ex.atomic():
             rows = all_of()
             if len(rows) < len(tokens):
-                found = {r[0] for r in rows}
+                found = {r.number for r in rows}
                 self._raise_if_compacted(ex, operation)
                 raise NotLeased({t[0] for t in tokens if t[0] not in found}, operation)
             return rows
@@ -207,10 +213,10 @@ class RingPop(RingBase):
             if len(acked) == len(tokens):
                 return acked
 
-        def once(subset: list[Token]) -> list[Row]:
-            return [(n,) for n in self._in_slots_then_aside(ex, "ack", subset, {})]
+        def once(subset: list[Token]) -> list[NumberRow]:
+            return [NumberRow(n) for n in self._in_slots_then_aside(ex, "ack", subset, {})]
 
-        return [int(r[0]) for r in self._settle(ex, tokens, once, "ack", strict)]
+        return [int(r.number) for r in self._settle(ex, tokens, once, "ack", strict)]
 
     def _release_tokens(self, ex: Executor, tokens: list[Token]) -> list[int]:
         """To the side table, ready (see ring_release), then pushed again at the tail."""
@@ -255,7 +261,7 @@ class RingPop(RingBase):
         strict: bool,
         *,
         final: bool = False,
-    ) -> list[Row]:
+    ) -> list[StateRow]:
         """Fail ``tokens`` (for good if ``final``): PostgreSQL in one statement (both tables,
         strict included; a token moved aside meanwhile, in a transaction); SQLite in the
         slots, then the side table."""
@@ -267,18 +273,18 @@ class RingPop(RingBase):
             return {**fail, "strict": strict}
 
         if strict and self.dialect.supports_writable_cte:
-            rows: list[Row] = list(self._rows(ex, "fail", params(tokens, True), SideRow))
+            rows = self._rows(ex, "fail", params(tokens, True), StateRow)
             if len(rows) == len(tokens):
                 return rows
 
-        def once(subset: list[Token]) -> list[Row]:
-            rows: list[Row] = list(self._rows(ex, "fail", params(subset, False), SideRow))
+        def once(subset: list[Token]) -> list[StateRow]:
+            rows = self._rows(ex, "fail", params(subset, False), StateRow)
             if self.dialect.supports_writable_cte:
                 return rows  # the statement looks in both tables
-            found = {r[0] for r in rows}
+            found = {r.number for r in rows}
             rest = [t for t in subset if t[0] not in found]
             if not rest:
                 return rows
-            return rows + list(self._rows(ex, "fail_side", params(rest, False), SideRow))
+            return rows + self._rows(ex, "fail_side", params(rest, False), StateRow)
 
         return self._settle(ex, tokens, once, "fail", strict)

@@ -29,7 +29,8 @@ from dbqueue.errors import InvalidArgument, QueueFull, shown
 from dbqueue.executor import Executor
 from dbqueue.layout import positive
 from dbqueue.ring.base import RingBase
-from dbqueue.ring.states import BlockedRow, NumberRow, PushOutcome, PushRow
+from dbqueue.ring.states import BlockedRow, PushOutcome, PushRow
+from dbqueue.rows import NumberRow
 
 #: Backpressure: the first and the longest sleep between attempts of a push.
 WAIT_FIRST, WAIT_MAX = 0.001, 0.05

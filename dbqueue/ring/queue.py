@@ -13,8 +13,9 @@ from dbqueue.layout import ZERO, TokenLike
 from dbqueue.message import Message, QueueStats, State
 from dbqueue.ring.pop import RingPop
 from dbqueue.ring.push import RingPush
-from dbqueue.ring.states import CountersRow, NumberRow, SegmentRow, SlotState, StatsRow
+from dbqueue.ring.states import CountersRow, SegmentRow, SlotState, StatsRow
 from dbqueue.ring.sweeper import RingSweeper
+from dbqueue.rows import NumberRow, ValueRow
 
 
 class RingQueue(RingPush, RingPop, RingSweeper):
@@ -38,7 +39,7 @@ class RingQueue(RingPush, RingPop, RingSweeper):
         if not segments or any(int(s.slots) > limit for s in segments):
             return []
         plan: compaction.Plan = [(("compact", {"segment": s.segment}),) for s in segments]
-        side = int(self._run(ex, "side_live", {"n": limit + 1})[0][0])
+        side = int(self._rows(ex, "side_live", {"n": limit + 1}, ValueRow)[0].value)
         if side + int(segments[-1].slots) <= limit:
             plan[-1] += (("compact_side", {}),)
         elif side <= limit:

@@ -87,12 +87,6 @@ SLOT_OF_STATE = {State.READY: SlotState.READY, State.LEASED: SlotState.LEASED}
 # -- rows -------------------------------------------------------------------------------------
 
 
-class NumberRow(NamedTuple):
-    """A row naming one message by its number (what most ring statements return)."""
-
-    number: int
-
-
 class PushRow(NamedTuple):
     """A row of ``ring_push`` and ``ring_push_many``: a number, and whether it landed."""
 
@@ -151,14 +145,6 @@ class SegmentRow(NamedTuple):
 
     segment: str
     slots: int
-
-
-class SideRow(NamedTuple):
-    """A row of a statement that moved messages to the side table, or changed their state
-    there: the number and its new :class:`~dbqueue.message.State`."""
-
-    number: int
-    state: int
 
 
 class SweepRow(NamedTuple):

@@ -22,7 +22,8 @@ from dbqueue.executor import Executor
 from dbqueue.layout import RESCUE_ERROR, TokenLike, positive
 from dbqueue.message import RescueResult, State
 from dbqueue.ring.base import RingBase
-from dbqueue.ring.states import NumberRow, ReturnRow, SideRow, SweepRow
+from dbqueue.ring.states import ReturnRow, SweepRow
+from dbqueue.rows import NumberRow, StateRow
 
 #: How long a pop, retry or release waits for another sweeper to let go of the queue's lock
 #: when messages are due in the side table (the sweeper's statements take milliseconds; a
@@ -77,7 +78,7 @@ class RingSweeper(RingBase):
                 (row,) = self._rows(ex, operation, params, SweepRow)
                 moved, buried, victims = int(row.ready), int(row.failed), int(row.victims)
             else:
-                rows = self._rows(ex, operation, {**params, **self._clock()}, SideRow)
+                rows = self._rows(ex, operation, {**params, **self._clock()}, StateRow)
                 moved = sum(1 for r in rows if r.state == State.READY)
                 buried, victims = len(rows) - moved, len(rows)
             ready, failed = ready + moved, failed + buried

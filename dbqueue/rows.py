@@ -1,0 +1,27 @@
+"""The rows the statements every layout runs return, read by name (never by position): each
+a NamedTuple of a statement's first columns (:meth:`dbqueue.layout.Layout._rows`). The ring's
+own rows are in :mod:`dbqueue.ring.states`, the split queue's in :mod:`dbqueue.split`."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+
+class NumberRow(NamedTuple):
+    """A row naming one item: a split queue's id, a ring's message number."""
+
+    number: int
+
+
+class StateRow(NamedTuple):
+    """A row of a statement that changed items' state (fail, rescue, a ring's sweep): the
+    item and its new :class:`~dbqueue.message.State`."""
+
+    number: int
+    state: int
+
+
+class ValueRow(NamedTuple):
+    """The one value of a statement that returns one (a size, a flag, a time)."""
+
+    value: Any
