@@ -199,6 +199,18 @@ class Layout:
         self._last_notify = -float("inf")
         self._growth = compaction.Growth()
 
+    # -- popped messages as the fronts' model instances --------------------------------------
+
+    def model_row(self, message: Message) -> dict[str, Any]:
+        """The columns of the declared model's table for a popped message, by column name
+        (the fronts build their model instances from it)."""
+        raise NotImplementedError
+
+    def model_extras(self, message: Message) -> dict[str, Any]:
+        """What a popped message has beyond its model's columns, by attribute name (the
+        fronts set these on the instance)."""
+        raise NotImplementedError
+
     # -- running statements -------------------------------------------------------------------
 
     def _params(self) -> dict[str, Any]:

@@ -89,6 +89,19 @@ class SplitQueue(Layout):
 
     layout = "split"
 
+    def model_row(self, message: Message) -> dict[str, Any]:
+        """The data table's columns (:func:`data_row`)."""
+        return data_row(message)
+
+    def model_extras(self, message: Message) -> dict[str, Any]:
+        """The meta table's columns, which the model's instance shows as attributes."""
+        return {
+            "attempts": message.attempts,
+            "priority": message.priority,
+            "run_at": message.run_at,
+            "lease_until": message.lease_until,
+        }
+
     def _statement(self, operation: str) -> Statement:
         if self.spec.options.keep_done:
             operation = KEEP_DONE_OPERATIONS.get(operation, operation)

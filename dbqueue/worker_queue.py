@@ -1,31 +1,69 @@
-"""A queue of either layout (:class:`~dbqueue.split.SplitQueue`,
-:class:`~dbqueue.ring.RingQueue`) as the worker uses it, without a framework: each worker thread
-gets its own executor from ``connect()``. For a ring, ``rescue`` is its sweeper."""
+"""A queue as the worker uses it (:class:`dbqueue.worker.WorkerQueue`): its operations are the
+front layer's (:class:`~dbqueue.front.FrontQueue`), run with the worker's choices (acks and
+fails of items whose lease may have moved on are not errors, a compaction only when due).
+
+:class:`FrontWorkerQueue` is what every adapter shares; :class:`ExecutorQueue` runs a core
+queue without a framework, each worker thread on its own executor from ``connect()``.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dbqueue.compaction import CompactResult
 from dbqueue.executor import Executor
-from dbqueue.message import Message, RescueResult, State
-from dbqueue.ring import RingQueue
-from dbqueue.split import SplitQueue
-
-#: A queue of either layout: both have the same operations.
-AnyQueue = SplitQueue | RingQueue
+from dbqueue.front import AnyQueue, ExecutorFront, FrontQueue
+from dbqueue.message import RescueResult, State
 
 
-class ExecutorQueue:
+class FrontWorkerQueue(ABC):
+    """The worker's operations over the front queue of the calling thread (``_front``)."""
+
+    @abstractmethod
+    def _front(self) -> FrontQueue[Any]:
+        """The queue on the calling thread's connection."""
+
+    def pop(self, n: int) -> list[Any]:
+        return self._front().pop_batch(n)
+
+    def ack(self, items: Sequence[Any]) -> list[int]:
+        return self._front().ack(items, strict=False)
+
+    def ack_pop(self, items: Sequence[Any], n: int) -> tuple[int, list[Any]]:
+        return self._front().ack_pop(items, n)
+
+    def fail(self, items: Sequence[Any], errors: Sequence[str]) -> Mapping[int, State]:
+        return self._front().fail(items, list(errors), strict=False)
+
+    def extend(self, items: Sequence[Any]) -> list[int]:
+        return self._front().extend(items)
+
+    def rescue(self) -> RescueResult:
+        return self._front().rescue()
+
+    def next_due(self) -> dt.datetime | None:
+        return self._front().next_due()
+
+    def compact(self) -> CompactResult | None:
+        return self._front().compact_if_grown()
+
+    def release(self, items: Sequence[Any]) -> list[int]:
+        return self._front().release(items)
+
+
+class ExecutorQueue(FrontWorkerQueue):
     """Implements :class:`dbqueue.worker.WorkerQueue` over executors made by ``connect``
     (autocommit connections: each pop, ack and fail commits on its own).
 
-    ``close`` closes an executor's connection; by default its ``close()`` method. ``listen``
-    opens a new psycopg connection for LISTEN (PostgreSQL), for workers to wake up at a push;
-    ``database`` names the database (queues in one database share a listener).
+    ``make`` builds a model instance from a popped message's columns (a front's
+    ``_instance``; without it the worker's items are the messages). ``close`` closes an
+    executor's connection; by default its ``close()`` method. ``listen`` opens a new psycopg
+    connection for LISTEN (PostgreSQL), for workers to wake up at a push; ``database`` names
+    the database (queues in one database share a listener).
     """
 
     def __init__(
@@ -33,6 +71,7 @@ class ExecutorQueue:
         queue: AnyQueue,
         connect: Callable[[], Executor],
         *,
+        make: Callable[[dict[str, Any], dict[str, Any]], Any] | None = None,
         close: Callable[[Executor], object] | None = None,
         name: str | None = None,
         listen: Callable[[], Any] | None = None,
@@ -40,6 +79,7 @@ class ExecutorQueue:
     ) -> None:
         self.queue = queue
         self._connect = connect
+        self._make = make
         self._close = close or _close
         self._name = name or queue.spec.table
         self._local = threading.local()
@@ -69,44 +109,18 @@ class ExecutorQueue:
     def connect_listener(self) -> Any:
         return self._listen() if self._listen is not None else None
 
-    def _ex(self) -> Executor:
-        ex: Executor | None = getattr(self._local, "ex", None)
-        if ex is None:
-            ex = self._local.ex = self._connect()
-        return ex
-
-    def pop(self, n: int) -> list[Message]:
-        return self.queue.pop_batch(self._ex(), n)
-
-    def ack(self, items: Sequence[Any]) -> list[int]:
-        return self.queue.ack(self._ex(), items, strict=False)
-
-    def ack_pop(self, items: Sequence[Any], n: int) -> tuple[int, list[Message]]:
-        return self.queue.ack_pop(self._ex(), items, n)
-
-    def fail(self, items: Sequence[Any], errors: Sequence[str]) -> Mapping[int, State]:
-        return self.queue.fail(self._ex(), items, list(errors), strict=False)
-
-    def extend(self, items: Sequence[Any]) -> list[int]:
-        return self.queue.extend(self._ex(), items)
-
-    def rescue(self) -> RescueResult:
-        return self.queue.rescue(self._ex())
-
-    def next_due(self) -> dt.datetime | None:
-        return self.queue.next_due(self._ex())
-
-    def compact(self) -> CompactResult | None:
-        return self.queue.compact_if_grown(self._ex())
-
-    def release(self, items: Sequence[Any]) -> list[int]:
-        return self.queue.release(self._ex(), items)
+    def _front(self) -> ExecutorFront[Any]:
+        front: ExecutorFront[Any] | None = getattr(self._local, "front", None)
+        if front is None:
+            front = ExecutorFront(self.queue, self._connect(), self._make)
+            self._local.front = front
+        return front
 
     def disconnect(self) -> None:
-        ex = getattr(self._local, "ex", None)
-        self._local.ex = None
-        if ex is not None:
-            self._close(ex)
+        front: ExecutorFront[Any] | None = getattr(self._local, "front", None)
+        self._local.front = None
+        if front is not None:
+            self._close(front.ex)
 
 
 def worker_channel(queue: AnyQueue) -> str | None:

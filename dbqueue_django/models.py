@@ -8,7 +8,7 @@ model, so ``makemigrations`` writes every table into the project's own migration
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
+from typing import Any, ClassVar, TypeGuard
 
 from django.apps import AppConfig, apps
 from django.db import models, router
@@ -20,13 +20,10 @@ from dbqueue.errors import InvalidArgument
 from dbqueue.message import State
 from dbqueue.spec import index_name
 from dbqueue_django.orm import QueueManager, RingManager, push_instance
-from dbqueue_django.queue import QueueDescriptor
+from dbqueue_django.queue import DjangoQueue, QueueDescriptor
 from dbqueue_django.ring_model import RING_BASE_FIELDS, SLOT_STATES, RingQueueModelBase
 from dbqueue_django.ring_queue import RingDjangoQueue
 from dbqueue_django.spec import BASE_FIELDS
-
-if TYPE_CHECKING:
-    from dbqueue_django.queue import DjangoQueue
 
 STATE_CHOICES = [(s.value, s.name.lower()) for s in State]
 

@@ -87,7 +87,7 @@ def ring_capacity(model: type[models.Model]) -> int | None:
     """The declared capacity, or None when the options are invalid (the system check reports
     them; the class itself must still be created)."""
     try:
-        return options_of(model).capacity  # type: ignore[arg-type]
+        return options_of(model).capacity
     except InvalidSpec:
         return None
 

@@ -8,42 +8,20 @@ messages are listed: ``items()`` are slots holding a message, ``failed()`` the f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import models
 from django.db.models.functions import Coalesce
 
-from dbqueue.message import Message, State
-from dbqueue.ring import RingQueue, SlotState, item_state, slot_row
+from dbqueue.front import RingFrontQueue
+from dbqueue.message import State
+from dbqueue.ring import SlotState, item_state
 from dbqueue_django.queue import DjangoQueue
 
-if TYPE_CHECKING:
-    from dbqueue_django.models import RingQueueModel
 
-
-class RingDjangoQueue[M: "RingQueueModel"](DjangoQueue[M]):
-    """The queue of one ring model on one database alias (see :class:`DjangoQueue`).
-
-    Pushes wait up to ``push_timeout`` for a free slot, then raise
-    :class:`~dbqueue.errors.QueueFull`; ``priority=`` and ``delay=`` are refused (a ring
-    delivers in push order).
-    """
-
-    layout = RingQueue
-
-    def _row(self, m: Message) -> dict[str, Any]:
-        capacity = self.spec.options.capacity
-        assert capacity is not None  # a ring spec always has one
-        return slot_row(m, capacity)
-
-    def _annotate(self, obj: M, m: Message) -> None:
-        """Nothing to add: attempts and lease_until are columns of the slot table."""
-
-    def check(self) -> None:
-        """Raise RingCapacityMismatch unless the table has exactly ``capacity`` slots."""
-        core, ex = self._bind()
-        assert isinstance(core, RingQueue)
-        core.check(ex)
+class RingDjangoQueue[M: models.Model](DjangoQueue[M], RingFrontQueue[M]):
+    """The queue of one ring model on one database alias (see :class:`DjangoQueue` and
+    :class:`~dbqueue.front.RingFrontQueue`)."""
 
     def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:
         """The slots holding a message, in push order; ``state`` is "ready" or "leased"
@@ -55,11 +33,17 @@ class RingDjangoQueue[M: "RingQueueModel"](DjangoQueue[M]):
             queryset = queryset.filter(state=item_state(state))
         return queryset.order_by("seq")
 
+    def _side(self) -> models.Manager[Any]:
+        """The side table's model's manager (``<Model>Failed``, made with the ring model)."""
+        model: Any = self.model
+        manager: models.Manager[Any] = model.failed_model._default_manager
+        return manager
+
     def failed(self) -> models.QuerySet[Any]:
         """The messages that used their last attempt (failed rows of the side table, the
         ``<Model>Failed`` model), newest first, with ``last_error``, ``attempts`` and
         ``failed_at``."""
-        manager = self.model.failed_model._default_manager
+        manager = self._side()
         return (
             manager.using(self.alias).filter(state=int(State.FAILED)).order_by("-failed_at", "-id")
         )
@@ -68,6 +52,6 @@ class RingDjangoQueue[M: "RingQueueModel"](DjangoQueue[M]):
         """The messages out of the ring that will come back (rows of the ``<Model>Failed``
         side table): waiting out a retry's back-off or put aside (state "waiting", due at
         ``run_at``), and leases a pusher moved aside ("leased aside"); soonest due first."""
-        manager = self.model.failed_model._default_manager
+        manager = self._side()
         due = Coalesce("run_at", "lease_until")
         return manager.using(self.alias).exclude(state=int(State.FAILED)).order_by(due.asc(), "id")

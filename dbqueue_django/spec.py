@@ -7,7 +7,7 @@ A split queue (``QueueModel``) takes its payload from the model's own fields; a 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -15,9 +15,6 @@ from django.db import models
 from dbqueue.errors import InvalidSpec
 from dbqueue.schema import SPLIT_BASE_COLUMNS
 from dbqueue.spec import NO_DEFAULT, Field, FieldKind, QueueOptions, QueueSpec, options_from
-
-if TYPE_CHECKING:
-    from dbqueue_django.models import BaseQueueModel
 
 #: Django's internal field types and the kinds they store.
 KINDS: dict[str, FieldKind] = {
@@ -88,7 +85,7 @@ def to_field(f: models.Field[Any, Any]) -> Field:
     )
 
 
-def options_of(model: type[BaseQueueModel]) -> QueueOptions:
+def options_of(model: type[models.Model]) -> QueueOptions:
     """QueueOptions from the model's inner ``class QueueOptions``: every attribute optional,
     except ``capacity`` for a ring queue; the ring's options are refused on a split queue."""
     declared = getattr(model, "QueueOptions", None)
@@ -103,7 +100,7 @@ def options_of(model: type[BaseQueueModel]) -> QueueOptions:
     )
 
 
-def spec_for_model(model: type[BaseQueueModel]) -> QueueSpec:
+def spec_for_model(model: type[models.Model]) -> QueueSpec:
     """Build and validate the QueueSpec of a queue model (raises InvalidSpec)."""
     key = "slot" if is_ring(model) else "id"
     if model._meta.pk is None or model._meta.pk.name != key:

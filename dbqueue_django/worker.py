@@ -4,15 +4,13 @@ operations run on the worker thread's own Django connection."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import connections
 
-from dbqueue.compaction import CompactResult
-from dbqueue.message import RescueResult, State
 from dbqueue.worker import Consumer, Worker
-from dbqueue.worker_queue import worker_channel
+from dbqueue.worker_queue import FrontWorkerQueue, worker_channel
 from dbqueue_django.handlers import Handler
 from dbqueue_django.queue import DjangoQueue
 
@@ -20,8 +18,9 @@ from dbqueue_django.queue import DjangoQueue
 _DJANGO_ONLY_PARAMS = frozenset({"cursor_factory", "context", "prepare_threshold"})
 
 
-class DjangoWorkerQueue:
-    """Implements :class:`dbqueue.worker.WorkerQueue` for one queue model on one alias."""
+class DjangoWorkerQueue(FrontWorkerQueue):
+    """Implements :class:`dbqueue.worker.WorkerQueue` for one queue model on one alias: the
+    model's queue runs on the worker thread's own Django connection."""
 
     def __init__(self, queue: DjangoQueue[Any]) -> None:
         self.queue = queue
@@ -63,32 +62,8 @@ class DjangoWorkerQueue:
             autocommit=True,
         )
 
-    def pop(self, n: int) -> list[Any]:
-        return self.queue.pop_batch(n)
-
-    def ack(self, items: Sequence[Any]) -> list[int]:
-        return self.queue.ack(items, strict=False)
-
-    def ack_pop(self, items: Sequence[Any], n: int) -> tuple[int, list[Any]]:
-        return self.queue.ack_pop(items, n)
-
-    def fail(self, items: Sequence[Any], errors: Sequence[str]) -> Mapping[int, State]:
-        return self.queue.fail(items, list(errors), strict=False)
-
-    def extend(self, items: Sequence[Any]) -> list[int]:
-        return self.queue.extend(items)
-
-    def rescue(self) -> RescueResult:
-        return self.queue.rescue()
-
-    def next_due(self) -> dt.datetime | None:
-        return self.queue.next_due()
-
-    def compact(self) -> CompactResult | None:
-        return self.queue.compact_if_grown()
-
-    def release(self, items: Sequence[Any]) -> list[int]:
-        return self.queue.release(items)
+    def _front(self) -> DjangoQueue[Any]:
+        return self.queue
 
     def disconnect(self) -> None:
         connections[self.alias].close()

@@ -22,12 +22,12 @@ import sqlalchemy as sa
 
 from dbqueue.errors import InvalidSpec
 from dbqueue.executor import Executor
+from dbqueue.front import AnyQueue
 from dbqueue.message import State
 from dbqueue.ring import SLOT_OF_STATE, RingQueue, SlotState
 from dbqueue.schema import FAILED_BASE_COLUMNS, META_COLUMNS, RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
 from dbqueue.split import SplitQueue
-from dbqueue.worker_queue import AnyQueue
 from dbqueue_sa.executor import SAExecutor
 from dbqueue_sa.mixins import RingQueueMixin
 from dbqueue_sa.queue import SAQueue

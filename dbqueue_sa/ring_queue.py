@@ -12,31 +12,20 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dbqueue.message import Message, State
-from dbqueue.ring import RingQueue, SlotState, item_state, slot_row
-from dbqueue_sa.queue import SAQueue, Target
+from dbqueue.message import State
+from dbqueue.ring import RingQueue, SlotState, item_state
+from dbqueue_sa.queue import RingSessionQueue, SAQueue, async_session_method, session_method
 
 
 class RingSAQueue[M](SAQueue[M]):
-    """The queue of one ring class (see :class:`SAQueue`). Pushes wait up to
-    ``push_timeout`` for a free slot, then raise :class:`~dbqueue.errors.QueueFull`;
-    ``priority=`` and ``delay=`` are refused (a ring delivers in push order)."""
+    """The queue of one ring class (see :class:`SAQueue` and
+    :class:`~dbqueue.front.RingFrontQueue`)."""
 
     layout = RingQueue
+    bound = RingSessionQueue
 
-    def _row(self, m: Message) -> dict[str, Any]:
-        capacity = self.spec.options.capacity
-        assert capacity is not None  # a ring spec always has one
-        return slot_row(m, capacity)
-
-    def _annotate(self, obj: Any, m: Message) -> None:
-        """Nothing to add: attempts and lease_until are columns of the slot table."""
-
-    def check(self, target: Target) -> None:
-        """Raise RingCapacityMismatch unless the table has exactly ``capacity`` slots."""
-        core, ex = self._bind(target)
-        assert isinstance(core, RingQueue)
-        core.check(ex)
+    check = session_method(RingSessionQueue.check)
+    acheck = async_session_method(RingSessionQueue.check)
 
     def items(self, state: State | str | int | None = None) -> sa.Select[Any]:
         """A query of the slots holding a message, in push order; ``state`` is "ready" or
@@ -66,7 +55,3 @@ class RingSAQueue[M](SAQueue[M]):
         table = self.model.__queue_failed__  # type: ignore[attr-defined]
         due = sa.func.coalesce(table.c.run_at, table.c.lease_until)
         return sa.select(table).where(table.c.state != int(State.FAILED)).order_by(due, table.c.id)
-
-    async def acheck(self, target: Any) -> None:
-        """:meth:`check` on an AsyncSession."""
-        await self._arun(target, self.check)

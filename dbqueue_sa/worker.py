@@ -13,7 +13,7 @@ drivers the core runs on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,7 +24,7 @@ from dbqueue.errors import InvalidArgument, UnsupportedDatabase
 from dbqueue.executor import Executor
 from dbqueue.wakeup import PollPolicy
 from dbqueue.worker import Consumer, Worker
-from dbqueue.worker_queue import AnyQueue, ExecutorQueue
+from dbqueue.worker_queue import ExecutorQueue
 from dbqueue_sa.handlers import Handler
 from dbqueue_sa.queue import SAQueue
 from dbqueue_sa.ring_queue import RingSAQueue
@@ -115,28 +115,6 @@ class Connector:
         return lambda: _open_psycopg(url)
 
 
-class SAWorkerQueue(ExecutorQueue):
-    """Implements :class:`dbqueue.worker.WorkerQueue` for one queue class: the core's
-    :class:`~dbqueue.worker_queue.ExecutorQueue`, with popped messages turned into instances
-    of the class (acks and fails take them back: they carry ``id`` and ``attempts``)."""
-
-    def __init__(self, queue: SAQueue[Any], core: AnyQueue, connector: Connector) -> None:
-        super().__init__(
-            core,
-            connector.executor,
-            listen=connector.listen_factory(),
-            database=connector.key,
-        )
-        self.sa_queue = queue
-
-    def pop(self, n: int) -> list[Any]:
-        return self.sa_queue._instances(super().pop(n))
-
-    def ack_pop(self, items: Sequence[Any], n: int) -> tuple[int, list[Any]]:
-        acked, messages = super().ack_pop(items, n)
-        return acked, self.sa_queue._instances(messages)
-
-
 def build_worker(
     handlers: Iterable[Handler],
     *,
@@ -168,7 +146,15 @@ def build_worker(
                     queue.check(connection)
                 consumers.append(
                     Consumer(
-                        SAWorkerQueue(queue, queue.core(connection), connector),
+                        ExecutorQueue(
+                            queue.core(connection),
+                            connector.executor,
+                            # Popped messages as instances of the class (acks and fails
+                            # take them back: they carry id and attempts).
+                            make=queue.instance,
+                            listen=connector.listen_factory(),
+                            database=connector.key,
+                        ),
                         h.func,
                         batch=h.batch,
                         batch_size=batch_size or h.batch_size,

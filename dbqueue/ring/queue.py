@@ -107,6 +107,14 @@ class RingQueue(RingPush, RingPop, RingSweeper):
             aside = self._rows(ex, "purge_side", {"state": value}, NumberRow)
         return len(slots) + len(aside)
 
+    def model_row(self, message: Message) -> dict[str, Any]:
+        """The slot table's columns (:func:`slot_row`)."""
+        return slot_row(message, self.capacity)
+
+    def model_extras(self, message: Message) -> dict[str, Any]:
+        """Nothing: attempts and the lease are columns of the slot table."""
+        return {}
+
     def delete(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
         """Remove messages by number, wherever they are (a slot, the side table)."""
         numbers = self._ids(ids)

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import Session
 
-import dbqueue_sa.queue
+import dbqueue.front
 from dbqueue.errors import InvalidArgument, NotLeased, TransactionStateError
 from dbqueue.message import RescueResult, State
 from tests.sqlalchemy.models import Job, Tick
@@ -31,7 +31,7 @@ ZERO = dt.timedelta(0)
 @pytest.fixture(autouse=True)
 def fresh_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     """The ring's tables are created again for every test: start without pending pop claims."""
-    monkeypatch.setattr(dbqueue_sa.queue, "_CORES", {})
+    monkeypatch.setattr(dbqueue.front, "_CORES", {})
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-import dbqueue_sa.queue
+import dbqueue.front
 from dbqueue.errors import InvalidSpec, QueueFull, RingNotEmpty
 from dbqueue.schema import SEGMENT_SLOTS, drop_ring_counter_statements, tuning_statements
 from dbqueue_sa import RingQueueMixin
@@ -126,7 +126,7 @@ def clear(engine: sa.Engine) -> None:
 @pytest.fixture(autouse=True)
 def fresh_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     """The ring is created again in every test: no pending pop claims from another one."""
-    monkeypatch.setattr(dbqueue_sa.queue, "_CORES", {})
+    monkeypatch.setattr(dbqueue.front, "_CORES", {})
 
 
 @pytest.fixture

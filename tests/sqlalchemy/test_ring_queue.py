@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-import dbqueue_sa.queue
+import dbqueue.front
 from dbqueue.errors import (
     InvalidArgument,
     NotLeased,
@@ -38,7 +38,7 @@ CAPACITY = 8
 def fresh_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test creates the ring again (its counters restart at 0), but the process keeps
     each ring's pending pop claims per database: start every test with none."""
-    monkeypatch.setattr(dbqueue_sa.queue, "_CORES", {})
+    monkeypatch.setattr(dbqueue.front, "_CORES", {})
 
 
 @pytest.fixture

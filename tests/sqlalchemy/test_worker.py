@@ -16,8 +16,9 @@ from sqlalchemy.orm import Session
 
 from dbqueue.errors import InvalidArgument, QueueTableMissing, UnsupportedDatabase
 from dbqueue.message import State
+from dbqueue.worker_queue import ExecutorQueue
 from dbqueue_sa.handlers import Handler, handlers
-from dbqueue_sa.worker import SAWorkerQueue, build_worker, database_url, libpq_conninfo
+from dbqueue_sa.worker import build_worker, database_url, libpq_conninfo
 from tests.sqlalchemy.handlers_app import RECEIVED, Chore, ChoreBase
 from tests.sqlalchemy.models import Job, Tick
 
@@ -134,7 +135,7 @@ def test_max_messages_concurrency_and_batch_size(engine: sa.Engine, url: str) ->
 def test_the_worker_shares_the_core_queue_of_the_class(engine: sa.Engine, url: str) -> None:
     worker = build_worker([handlers()[Tick]], url=url, burst=True)
     (consumer,) = worker.consumers
-    assert isinstance(consumer.queue, SAWorkerQueue)
+    assert isinstance(consumer.queue, ExecutorQueue)
     with Session(engine) as session:
         # One core per class and database: a ring's pending pop claims are the process's.
         assert consumer.queue.queue is Tick.queue.core(session)

@@ -1,0 +1,317 @@
+"""The queue of a declared model, written once for every front.
+
+Django's ``Model.queue`` and SQLAlchemy's ``Model.queue`` are the same object: a
+:class:`FrontQueue` that runs each operation as the core queue's, on the caller's connection,
+with payload keywords in the model's names and popped messages as model instances. A front
+supplies only what its framework decides:
+
+- ``_bind``: the core queue and an executor over the caller's connection (Django: the alias's
+  connection of this thread; SQLAlchemy: the session's);
+- ``_payload``: keyword names to column names (and, in Django, related instances to keys);
+- ``_instance``: a model instance from a popped message's columns;
+- ``_own_transaction``, where the framework can tell: a transaction of the operation's own,
+  for the two operations that must commit on their own.
+
+:func:`shared_core` keeps one core queue per model and database in the process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+from dbqueue.codec import payload_rows
+from dbqueue.compaction import LOCK_TIMEOUT, CompactResult
+from dbqueue.dialects.base import Dialect
+from dbqueue.executor import Executor
+from dbqueue.layout import TokenLike
+from dbqueue.message import DeliveryMode, Message, RescueResult, State
+from dbqueue.ring import RingQueue
+from dbqueue.spec import QueueSpec
+from dbqueue.split import SplitQueue
+
+#: A core queue of either layout: both have the same operations.
+AnyQueue = SplitQueue | RingQueue
+
+#: The core queue per (model, database, dialect); see :func:`shared_core`.
+_CORES: dict[tuple[object, str, str], AnyQueue] = {}
+
+#: Why ``pop_batch(mode="at_most_once")`` refuses a connection in a transaction.
+AT_MOST_ONCE_REFUSAL = (
+    "pop_batch(mode='at_most_once') must commit on its own, but the session has a "
+    "transaction open: a rollback would bring back items already handed out. Commit "
+    "first (or call it on a fresh session), or use mode='transactional'"
+)
+#: Why ``compact()`` refuses a connection in a transaction.
+COMPACT_REFUSAL = (
+    "compact() runs in a transaction of its own, but the session has one open: its "
+    "lock on the queue's tables would stop every producer and worker until the "
+    "session commits. Commit first, or call it on a fresh session"
+)
+
+
+def shared_core(
+    owner: object, database: str, spec: QueueSpec, dialect: Dialect, layout: type[AnyQueue]
+) -> AnyQueue:
+    """The one core queue of ``owner`` (a model class) on ``database`` in this process.
+
+    SQL is rendered and codecs built once per process, and a ring's pending pop claims
+    (numbers of one database's pop sequence) are shared by every thread that pops that ring in
+    that database, and never by another database.
+    """
+    key = (owner, database, dialect.name)
+    core = _CORES.get(key)
+    if core is None:
+        # setdefault: threads racing here all end up with the one core (and its claims).
+        core = _CORES.setdefault(key, layout(spec, dialect))
+    return core
+
+
+class FrontQueue[M](ABC):
+    """The operations of one declared queue, in its model's terms (see the module)."""
+
+    #: The core queue class: :class:`~dbqueue.split.SplitQueue` or
+    #: :class:`~dbqueue.ring.RingQueue`.
+    layout: ClassVar[type[AnyQueue]] = SplitQueue
+
+    # -- what a front supplies ----------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def spec(self) -> QueueSpec:
+        """The validated core spec."""
+
+    @abstractmethod
+    def _bind(self) -> tuple[AnyQueue, Executor]:
+        """The core queue and an executor over the caller's connection."""
+
+    @abstractmethod
+    def _instance(self, row: dict[str, Any], extras: dict[str, Any]) -> M:
+        """A model instance from a popped message's columns (``row``, by column name) and
+        what it has beyond them (``extras``, by attribute name)."""
+
+    def _payload(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Keyword arguments as column names (an unknown one passes: the codec names it)."""
+        return dict(values)
+
+    @contextmanager
+    def _own_transaction(self, refusal: str) -> Iterator[tuple[AnyQueue, Executor]]:
+        """A transaction of the operation's own, committed when the block ends, refused
+        (:class:`~dbqueue.errors.TransactionStateError` with ``refusal``) where the caller has
+        one open. By default the caller's connection as it is: the core refuses what it
+        must."""
+        yield self._bind()
+
+    # -- instances ----------------------------------------------------------------------------
+
+    def instances(self, core: AnyQueue, messages: Iterable[Message]) -> list[M]:
+        """Popped messages of ``core`` as model instances."""
+        return [self._instance(core.model_row(m), core.model_extras(m)) for m in messages]
+
+    # -- operations ---------------------------------------------------------------------------
+
+    def push(
+        self,
+        /,
+        *,
+        priority: int = 0,
+        delay: dt.timedelta | None = None,
+        run_at: dt.datetime | None = None,
+        **payload: Any,
+    ) -> int:
+        """Enqueue one item in the caller's transaction; return its id."""
+        core, ex = self._bind()
+        return core.push(ex, self._payload(payload), priority=priority, delay=delay, run_at=run_at)
+
+    def push_many(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        priority: int = 0,
+        delay: dt.timedelta | None = None,
+        run_at: dt.datetime | None = None,
+        batch_size: int | None = None,
+    ) -> list[int]:
+        """Enqueue many items, one statement per batch; ids in input order. All rows are
+        validated first; nothing is written if any is invalid."""
+        payloads = [self._payload(r) for r in payload_rows(rows)]
+        core, ex = self._bind()
+        return core.push_many(
+            ex, payloads, priority=priority, delay=delay, run_at=run_at, batch_size=batch_size
+        )
+
+    def pop_batch(
+        self,
+        n: int = 1,
+        *,
+        mode: DeliveryMode | str = DeliveryMode.AT_LEAST_ONCE,
+        lease: dt.timedelta | None = None,
+    ) -> list[M]:
+        """Take up to ``n`` due items as model instances, with ``attempts``, ``priority``,
+        ``run_at`` and ``lease_until`` set.
+
+        ``mode`` (see :class:`dbqueue.DeliveryMode`): ``at_least_once`` leases the items until
+        they are acked (the lease is taken when the caller's transaction commits);
+        ``transactional`` removes them in the caller's transaction (a rollback brings them
+        back); ``at_most_once`` removes them and commits at once: it refuses a connection that
+        has a transaction open.
+        """
+        if DeliveryMode.parse(mode) is not DeliveryMode.AT_MOST_ONCE:
+            core, ex = self._bind()
+            return self.instances(core, core.pop_batch(ex, n, mode=mode, lease=lease))
+        with self._own_transaction(AT_MOST_ONCE_REFUSAL) as (core, ex):
+            return self.instances(core, core.pop_batch(ex, n, mode=mode, lease=lease))
+
+    def ack(self, items: TokenLike, *, strict: bool = True) -> list[int]:
+        """Remove leased items whose work is done (fenced by their lease token); a queue
+        with ``keep_done`` marks them done instead."""
+        core, ex = self._bind()
+        return core.ack(ex, items, strict=strict)
+
+    def ack_pop(
+        self, items: TokenLike, n: int, *, lease: dt.timedelta | None = None
+    ) -> tuple[int, list[M]]:
+        """Ack ``items`` (those still leased, as ``strict=False``) and lease up to ``n`` more
+        in one transaction; return the number acked and the new items (what a worker does)."""
+        core, ex = self._bind()
+        acked, messages = core.ack_pop(ex, items, n, lease=lease)
+        return acked, self.instances(core, messages)
+
+    def fail(
+        self,
+        items: TokenLike,
+        error: str | BaseException | list[str],
+        *,
+        delay: dt.timedelta | None = None,
+        strict: bool = True,
+        retry: bool = True,
+    ) -> dict[int, State]:
+        """Record a failed attempt: retried after back-off, failed after max_attempts (or at
+        once with ``retry=False``)."""
+        if isinstance(error, BaseException):
+            error = f"{type(error).__name__}: {error}"
+        core, ex = self._bind()
+        return core.fail(ex, items, error, delay=delay, strict=strict, retry=retry)
+
+    def extend(self, items: TokenLike, *, lease: dt.timedelta | None = None) -> list[int]:
+        """Extend the leases of items still held (a heartbeat for slow work)."""
+        core, ex = self._bind()
+        return core.extend(ex, items, lease=lease)
+
+    def ack_by_id(self, ids: Iterable[Any] | int) -> list[int]:
+        """Operator's ack: settle leased items by id (ids or instances), whichever delivery
+        holds them now; a consumer acks what it popped with :meth:`ack`."""
+        core, ex = self._bind()
+        return core.ack_by_id(ex, ids)
+
+    def fail_by_id(self, ids: Iterable[Any] | int, error: str) -> dict[int, State]:
+        """Operator's fail: record a failed attempt of leased items by id, whichever delivery
+        holds them now; a consumer fails what it popped with :meth:`fail`."""
+        core, ex = self._bind()
+        return core.fail_by_id(ex, ids, error)
+
+    def release(self, items: TokenLike) -> list[int]:
+        """Hand back leased items unstarted: ready again at once, their attempt not counted
+        (what a stopping worker does with the rest of its batch). The token of a released
+        item must not be used again."""
+        core, ex = self._bind()
+        return core.release(ex, items)
+
+    def retry(self, ids: Iterable[Any] | int) -> int:
+        """Failed items (ids or instances) back to ready with attempts reset."""
+        core, ex = self._bind()
+        return core.retry(ex, ids)
+
+    def set_priority(self, ids: Iterable[Any] | int, priority: int) -> int:
+        """Give items (ids or instances, any state) a new priority; return how many."""
+        core, ex = self._bind()
+        return core.set_priority(ex, ids, priority)
+
+    def rescue(self, *, batch: int | None = None) -> RescueResult:
+        """Expired leases back to ready (or failed after max_attempts)."""
+        core, ex = self._bind()
+        return core.rescue(ex, batch=batch)
+
+    def next_due(self) -> dt.datetime | None:
+        """When the queue next has work that no push announces: an item's delay or back-off
+        ends, or a lease expires; None if there is none (what an idle worker sleeps until)."""
+        core, ex = self._bind()
+        return core.next_due(ex)
+
+    def compact(self, *, lock_timeout: dt.timedelta = LOCK_TIMEOUT) -> CompactResult:
+        """Rewrite the queue's tables to their live rows, giving back the dead versions a long
+        transaction kept vacuum from removing (PostgreSQL; see dbqueue.compaction). It runs in
+        a transaction of its own (outside ``atomic()``, or on a session with none open): it
+        takes a short exclusive lock, waited for at most ``lock_timeout``, which must not last
+        until the caller commits."""
+        with self._own_transaction(COMPACT_REFUSAL) as (core, ex):
+            return core.compact(ex, lock_timeout=lock_timeout)
+
+    def compact_if_grown(self) -> CompactResult | None:
+        """:meth:`compact` if the tables grew enough since this process last compacted them
+        (what a worker does every second); None if it was not due."""
+        with self._own_transaction(COMPACT_REFUSAL) as (core, ex):
+            return core.compact_if_grown(ex)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts per state and ``oldest_ready_age`` (a timedelta, or None); for a ring also
+        ``capacity`` and ``occupancy`` (the share of slots holding a message)."""
+        core, ex = self._bind()
+        return core.stats(ex).report()
+
+    def purge(self, state: State | str | int | None = None) -> int:
+        """Delete every item in ``state`` ("ready", "leased", "done", "failed"; None: all)."""
+        core, ex = self._bind()
+        return core.purge(ex, state)
+
+    def delete(self, ids: Iterable[Any] | int) -> int:
+        """Delete items (ids or instances) from both tables, whatever their state."""
+        core, ex = self._bind()
+        return core.delete(ex, ids)
+
+
+class ExecutorFront[M](FrontQueue[M]):
+    """A core queue on one executor, as a front: what the worker runs on its own
+    connections. Popped messages stay :class:`~dbqueue.message.Message` objects, or become
+    instances made by ``make(row, extras)`` (a front's ``_instance``)."""
+
+    def __init__(
+        self,
+        core: AnyQueue,
+        ex: Executor,
+        make: Callable[[dict[str, Any], dict[str, Any]], M] | None = None,
+    ) -> None:
+        self.core, self.ex, self._make = core, ex, make
+
+    @property
+    def spec(self) -> QueueSpec:
+        return self.core.spec
+
+    def _bind(self) -> tuple[AnyQueue, Executor]:
+        return self.core, self.ex
+
+    def _instance(self, row: dict[str, Any], extras: dict[str, Any]) -> M:
+        assert self._make is not None  # instances() returns the messages themselves
+        return self._make(row, extras)
+
+    def instances(self, core: AnyQueue, messages: Iterable[Message]) -> list[M]:
+        if self._make is None:
+            return list(messages)  # type: ignore[arg-type]  # M is Message without make
+        return super().instances(core, messages)
+
+
+class RingFrontQueue[M](FrontQueue[M]):
+    """The queue of a declared ring. Pushes wait up to ``push_timeout`` for a free slot, then
+    raise :class:`~dbqueue.errors.QueueFull`; ``priority=`` and ``delay=`` are refused (a ring
+    delivers in push order)."""
+
+    layout = RingQueue
+
+    def check(self) -> None:
+        """Raise RingCapacityMismatch unless the table has exactly ``capacity`` slots."""
+        core, ex = self._bind()
+        assert isinstance(core, RingQueue)
+        core.check(ex)
