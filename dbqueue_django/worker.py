@@ -9,13 +9,11 @@ from typing import Any
 
 from django.db import connections
 
+from dbqueue.conninfo import libpq_conninfo
 from dbqueue.worker import Consumer, Worker
 from dbqueue.worker_queue import FrontWorkerQueue, worker_channel
 from dbqueue_django.handlers import Handler
 from dbqueue_django.queue import DjangoQueue
-
-#: Connection parameters Django adds for its own cursors, not for a LISTEN connection.
-_DJANGO_ONLY_PARAMS = frozenset({"cursor_factory", "context", "prepare_threshold"})
 
 
 class DjangoWorkerQueue(FrontWorkerQueue):
@@ -56,11 +54,8 @@ class DjangoWorkerQueue(FrontWorkerQueue):
             return None
         import psycopg
 
-        params = wrapper.get_connection_params()
-        return psycopg.connect(
-            **{k: v for k, v in params.items() if k not in _DJANGO_ONLY_PARAMS},
-            autocommit=True,
-        )
+        info = libpq_conninfo(wrapper.get_connection_params())
+        return psycopg.connect(info, autocommit=True)
 
     def _front(self) -> DjangoQueue[Any]:
         return self.queue

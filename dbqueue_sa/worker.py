@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.exc import ArgumentError
 
+from dbqueue.conninfo import libpq_conninfo as conninfo_from_params
 from dbqueue.drivers import executor_for
 from dbqueue.errors import InvalidArgument, UnsupportedDatabase
 from dbqueue.executor import Executor
@@ -65,12 +66,10 @@ def libpq_conninfo(url: sa.URL) -> str:
     """The libpq connection string of a PostgreSQL URL, read as SQLAlchemy's psycopg dialect
     reads it: the query string (``sslmode``, a socket directory in ``host``) overrides the
     URL's parts."""
-    from psycopg.conninfo import make_conninfo
-
     params: dict[str, Any] = url.translate_connect_args(database="dbname", username="user")
     for key, value in url.query.items():
         params[key] = value if isinstance(value, str) else ",".join(value)
-    return make_conninfo(**params)
+    return conninfo_from_params(params)
 
 
 def _open_psycopg(url: sa.URL) -> Any:

@@ -9,34 +9,22 @@ each executor host needs network access to the database.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 import psycopg
 
-from dbqueue.errors import InvalidArgument, UnsupportedDatabase
+from dbqueue.conninfo import conninfo as _conninfo
+from dbqueue.errors import InvalidArgument
 
-#: A URL's scheme, with SQLAlchemy's optional ``+driver``.
-_SCHEME = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9.-]*)(?:\+[a-zA-Z0-9_]+)?://")
-_POSTGRESQL = {"postgresql", "postgres"}
+#: Who needs PostgreSQL, in the error for another database's URL.
+NEEDED_BY = "the dbqueue Spark source"
 
 
 def conninfo(url_or_dsn: str) -> str:
-    """The libpq connection string (or URL) psycopg connects with, from a URL or a libpq
-    string; refuses other databases with a clear error."""
-    if not isinstance(url_or_dsn, str) or not url_or_dsn.strip():
-        raise InvalidArgument("dbqueue needs the database: option url (or dsn) is empty")
-    text = url_or_dsn.strip()
-    match = _SCHEME.match(text)
-    if match is None:
-        return text  # a libpq key=value string
-    scheme = match.group("scheme").lower()
-    if scheme not in _POSTGRESQL:
-        raise UnsupportedDatabase(
-            f"the dbqueue Spark source needs PostgreSQL (COPY, SKIP LOCKED); got a {scheme!r} URL"
-        )
-    return "postgresql://" + text[match.end() :]
+    """The libpq connection string (or URL) of the queue's database (see
+    :func:`dbqueue.conninfo.conninfo`)."""
+    return _conninfo(url_or_dsn, needed_by=NEEDED_BY)
 
 
 def conninfo_from(options: Mapping[str, str]) -> str:

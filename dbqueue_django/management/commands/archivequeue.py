@@ -8,10 +8,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils.connection import ConnectionDoesNotExist
-from psycopg import pq
-from psycopg.conninfo import make_conninfo
 
 from dbqueue.commandline import archive_arguments
+from dbqueue.conninfo import libpq_conninfo as conninfo_from_params
 from dbqueue.errors import DBQueueError
 from dbqueue_django.management.labels import queue_model
 from dbqueue_django.spec import spec_for_model
@@ -68,6 +67,4 @@ def libpq_conninfo(alias: str) -> str:
             f"database {alias!r} is {connection.display_name}: the archive job runs on "
             f"PostgreSQL only"
         )
-    known = {o.keyword.decode() for o in pq.Conninfo.get_defaults()}
-    params = connection.get_connection_params()
-    return make_conninfo(**{k: str(v) for k, v in params.items() if k in known and v is not None})
+    return conninfo_from_params(connection.get_connection_params())
