@@ -1,0 +1,113 @@
+"""What a worker runs: consumers (a queue and its handler), the queue protocol the adapters
+implement, and the tallies of a run."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dbqueue.compaction import CompactResult
+from dbqueue.errors import InvalidArgument
+from dbqueue.message import RescueResult, State
+
+
+class WorkerQueue(Protocol):
+    """One queue as the worker uses it. Every method runs on the calling thread's own
+    connection; the adapters (and :class:`dbqueue.worker_queue.ExecutorQueue`) provide it."""
+
+    @property
+    def name(self) -> str:
+        """How logs name the queue."""
+
+    @property
+    def channel(self) -> str | None:
+        """The LISTEN/NOTIFY channel pushes ring, or None when there are no notifications."""
+
+    @property
+    def lease(self) -> dt.timedelta:
+        """How long a popped item stays leased."""
+
+    @property
+    def max_attempts(self) -> int:
+        """Attempts an item gets before it fails for good."""
+
+    @property
+    def database(self) -> str:
+        """Names the database the queue is in: queues with the same name share a listener."""
+
+    def connect_listener(self) -> Any:
+        """A new psycopg connection to LISTEN on, or None where there are no notifications."""
+
+    def pop(self, n: int) -> Sequence[Any]:
+        """Lease up to ``n`` due items (objects with ``id`` and ``attempts``)."""
+
+    def ack(self, items: Sequence[Any]) -> Sequence[int]:
+        """Remove items still leased under their token; return the ids removed."""
+
+    def ack_pop(self, items: Sequence[Any], n: int) -> tuple[int, Sequence[Any]]:
+        """Ack ``items`` (as :meth:`ack`) and lease up to ``n`` more, in one transaction;
+        return how many were acked and the new items."""
+
+    def fail(self, items: Sequence[Any], errors: Sequence[str]) -> Mapping[int, State]:
+        """Record failed attempts of items still leased; return their new states."""
+
+    def extend(self, items: Sequence[Any]) -> Sequence[int]:
+        """Extend the leases of items still held; return the ids extended."""
+
+    def rescue(self) -> RescueResult:
+        """Expired leases back to ready (one rescuer at a time per queue)."""
+
+    def release(self, items: Sequence[Any]) -> Sequence[int]:
+        """Hand back leased items unstarted (ready at once, their attempt not counted);
+        return the ids released."""
+
+    def next_due(self) -> dt.datetime | None:
+        """When the queue next has work that no push announces (a delay or a back-off ends, a
+        lease expires); None if there is none."""
+
+    def compact(self) -> CompactResult | None:
+        """Compact the queue's tables if they grew (a long transaction keeps vacuum from
+        removing their dead versions; see dbqueue.compaction); None if it was not due."""
+
+    def disconnect(self) -> None:
+        """Close this thread's connection (after a database error, and when a thread ends)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Consumer:
+    """A queue and its handler: ``handle(item)``, or ``handle(items)`` when ``batch``."""
+
+    queue: WorkerQueue
+    handle: Callable[[Any], object]
+    batch: bool = False
+    batch_size: int = 100
+
+    def __post_init__(self) -> None:
+        size = self.batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise InvalidArgument(f"batch_size must be a positive int, got {size!r}")
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """What a run did."""
+
+    #: Items handled successfully.
+    handled: int = 0
+    #: Items failed for good (their last attempt failed).
+    failed: int = 0
+    #: Failed attempts of items that will be tried again after their back-off.
+    retried: int = 0
+    batches: int = 0
+    lost_leases: int = 0
+    database_errors: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """The line a worker command prints when it stops."""
+        return (
+            f"{self.handled} handled, {self.failed} failed, {self.retried} attempt(s) to retry, "
+            f"{self.batches} batches in {self.seconds:.1f} s"
+        )

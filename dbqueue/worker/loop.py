@@ -1,0 +1,262 @@
+"""The worker: its threads' loop (pop, handle, ack with the next pop), idling until work is
+due or a push notifies, and the run that starts and stops everything."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+import threading
+import time
+from collections.abc import Sequence
+
+from dbqueue.errors import DBQueueError, InvalidArgument
+from dbqueue.wakeup import Doorbell, Listener, PollPolicy, quietly
+from dbqueue.worker.consumer import Consumer, WorkerQueue, WorkerStats
+from dbqueue.worker.handling import Handling
+from dbqueue.worker.maintenance import Maintenance
+from dbqueue.worker.signals import Signals
+from dbqueue.worker.state import BURST_RECONNECT_FOR, Due, InFlight, Pending, Retry, log
+
+#: Seconds between two looks at when work falls due, for an idle thread that polls (the look
+#: is one query per queue; a thread about to sleep longer always looks first).
+DUE_RECHECK = 1.0
+#: Seconds an idle thread sleeps past an item's due time (timestamps have microseconds, and the
+#: statement that takes the item must see it due).
+DUE_MARGIN = 0.005
+
+
+class Worker(Handling, Maintenance, Signals):
+    """Runs consumers until stopped (a signal, :meth:`stop`), drained (``burst``) or
+    ``max_messages`` items have been handled.
+
+    Idle threads wait for a notification on the queues' channels (one listener per database)
+    and poll (see :class:`~dbqueue.wakeup.PollPolicy`).
+    """
+
+    def __init__(
+        self,
+        consumers: Sequence[Consumer],
+        *,
+        concurrency: int = 1,
+        burst: bool = False,
+        max_messages: int | None = None,
+        poll: PollPolicy | None = None,
+        rescue_every: float | None = None,
+        reconnect_for: float | None = None,
+    ) -> None:
+        if not consumers:
+            raise InvalidArgument("a worker needs at least one queue with a handler")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise InvalidArgument(f"concurrency must be a positive int, got {concurrency!r}")
+        if max_messages is not None and (
+            isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1
+        ):
+            raise InvalidArgument(f"max_messages must be a positive int, got {max_messages!r}")
+        if reconnect_for is not None and (
+            isinstance(reconnect_for, bool)
+            or not isinstance(reconnect_for, int | float)
+            or not reconnect_for > 0
+        ):
+            raise InvalidArgument(f"reconnect_for must be positive seconds, got {reconnect_for!r}")
+        self.consumers = list(consumers)
+        self.concurrency = concurrency
+        self.burst = burst
+        #: Seconds of database errors in a row after which the worker gives up (WorkerGaveUp);
+        #: None: it keeps trying (a service's worker waits for its database to come back).
+        self.reconnect_for = (
+            reconnect_for if reconnect_for is not None or not burst else BURST_RECONNECT_FOR
+        )
+        self.poll = poll or PollPolicy()
+        # Expired leases come back within one lease time, and at least every 30 s.
+        shortest = min(c.queue.lease.total_seconds() for c in self.consumers)
+        self.rescue_every = rescue_every if rescue_every is not None else min(30.0, shortest)
+        self.stats = WorkerStats()
+        self.doorbell = Doorbell()
+        self.listeners = self._listeners()
+        self._all_notify = all(c.queue.channel is not None for c in self.consumers)
+        self._budget = max_messages
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._releasing = threading.Event()
+        self._done = threading.Event()
+        self._inflight: dict[int, InFlight] = {}
+        self._fatal: BaseException | None = None
+        self._signals = 0
+
+    def _listeners(self) -> list[Listener]:
+        by_database: dict[str, list[WorkerQueue]] = {}
+        for c in self.consumers:
+            if c.queue.channel is not None:
+                by_database.setdefault(c.queue.database, []).append(c.queue)
+        listeners = []
+        for queues in by_database.values():
+            first = queues[0]
+            channels = [q.channel for q in queues if q.channel is not None]
+            listeners.append(Listener(first.connect_listener, channels, self.doorbell))
+        return listeners
+
+    @property
+    def listening(self) -> bool:
+        """Whether a push to any of the worker's queues would ring its doorbell right now
+        (otherwise idle threads keep polling)."""
+        return self._all_notify and all(x.listening for x in self.listeners)
+
+    def run(self, *, handle_signals: bool = True) -> WorkerStats:
+        """Run until stopped; return the tallies. Raises a fatal :class:`DBQueueError`."""
+        start = time.monotonic()
+        restore = self._install_signals() if handle_signals else {}
+        for listener in self.listeners:
+            listener.start()
+        maintenance = threading.Thread(target=self._maintain, name="dbqueue-maintenance")
+        threads = [
+            threading.Thread(target=self._work, args=(i,), name=f"dbqueue-worker-{i}")
+            for i in range(self.concurrency)
+        ]
+        log.info(
+            "worker started: %d thread(s) on %s",
+            self.concurrency,
+            ", ".join(c.queue.name for c in self.consumers),
+        )
+        try:
+            maintenance.start()
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():  # a timed join lets the main thread run signal handlers
+                    t.join(0.2)
+        finally:
+            self._stopping.set()
+            self._done.set()
+            maintenance.join()
+            for listener in self.listeners:
+                listener.stop()
+            for signum, handler in restore.items():
+                signal.signal(signum, handler)
+            self.stats.seconds = time.monotonic() - start
+        log.info(
+            "worker stopped: %d handled, %d failed, %d attempt(s) to retry, in %d batches, %.1f s",
+            self.stats.handled,
+            self.stats.failed,
+            self.stats.retried,
+            self.stats.batches,
+            self.stats.seconds,
+        )
+        if self._fatal is not None:
+            raise self._fatal
+        return self.stats
+
+    def _claim(self, wanted: int) -> int:
+        with self._lock:
+            if self._budget is None:
+                return wanted
+            n = min(wanted, self._budget)
+            self._budget -= n
+            return n
+
+    def _unclaim(self, n: int) -> None:
+        if n and self._budget is not None:
+            with self._lock:
+                self._budget += n
+
+    def _work(self, index: int) -> None:
+        order = (
+            self.consumers[index % len(self.consumers) :]
+            + self.consumers[: index % len(self.consumers)]
+        )
+        empty_rounds, last_work, retry = 0, time.monotonic(), Retry()
+        due = Due()
+        # Items handled successfully are acked by the thread's next pop of the same queue, in
+        # the same statement (ack_pop): one commit per batch instead of two. They are acked
+        # on their own before a pop of another queue, and when the thread stops.
+        pending: Pending | None = None
+        try:
+            while not self._stopping.is_set():
+                seen = self.doorbell.rings
+                worked = errored = False
+                for consumer in order:
+                    if self._stopping.is_set():
+                        break
+                    queue = consumer.queue
+                    if pending is not None and pending.queue is not queue:
+                        self._flush(pending, retry)
+                        pending = None
+                    n = self._claim(consumer.batch_size)
+                    if n == 0:  # max_messages reached
+                        self.stop()
+                        break
+                    try:
+                        if pending is not None:
+                            acked, items = queue.ack_pop(pending.items, n)
+                            self._count_lost(queue, len(pending.items) - acked)
+                            pending = None
+                        else:
+                            items = queue.pop(n)
+                    except Exception as exc:
+                        self._unclaim(n)
+                        self._database_error(queue, exc, retry)
+                        errored = True
+                        continue
+                    retry.reset()
+                    self._unclaim(n - len(items))
+                    if items:
+                        worked = True
+                        try:
+                            ok = self._process(consumer, items, retry)
+                        except DBQueueError as exc:
+                            self._fail_fatally(queue, exc)
+                            continue
+                        pending = Pending(queue, ok) if ok else None
+                if worked:
+                    empty_rounds, last_work = 0, time.monotonic()
+                    continue
+                if self.burst and not errored:  # drained (a database error is not "empty")
+                    return
+                empty_rounds += 1
+                self._idle(order, seen, empty_rounds, time.monotonic() - last_work, due)
+        finally:
+            try:
+                if pending is not None:
+                    self._flush(pending, retry)
+            except DBQueueError as exc:
+                self._fail_fatally(order[0].queue, exc)
+            finally:
+                for consumer in order:
+                    quietly(consumer.queue.disconnect)
+
+    def _idle(
+        self, order: Sequence[Consumer], seen: int, empty_rounds: int, idle_for: float, due: Due
+    ) -> None:
+        """Wait for a notification, the poll policy's time, or the next due work of the
+        thread's queues, whichever comes first; rescue the queues whose work fell due."""
+        wait = self.poll.wait(empty_rounds, idle_for, self.listening)
+        now = time.monotonic()
+        if wait > self.poll.busy_max or now - due.planned_at >= DUE_RECHECK:
+            due.plan, due.planned_at = self._due_plan(order), now
+        if due.plan:  # not past work that falls due (a long sleep), nor long after it (a poll)
+            wait = min(wait, max(due.plan[0][0] - now, self.poll.busy_max))
+        if not self.doorbell.wait(seen, wait):
+            now = time.monotonic()
+            while due.plan and due.plan[0][0] <= now:  # a lease may have expired: rescue now
+                self._rescue(due.plan.pop(0)[1])
+
+    def _due_plan(self, order: Sequence[Consumer]) -> list[tuple[float, WorkerQueue]]:
+        """When each of a thread's queues next has work that no push announces (a delay or a
+        back-off ends, a lease expires), on the monotonic clock, soonest first. An idle thread
+        sleeps no longer than that, and then rescues the queue (its lease may have expired):
+        no waiting for the safety poll or the maintenance thread's next rescue."""
+        now, clock = dt.datetime.now(dt.UTC), time.monotonic()
+        due: list[tuple[float, WorkerQueue]] = []
+        for consumer in order:
+            try:
+                when = consumer.queue.next_due()
+            except Exception as exc:  # the next pop meets the outage and handles it
+                log.debug("queue %s: next_due failed (%s)", consumer.queue.name, exc)
+                quietly(consumer.queue.disconnect)
+                continue
+            if when is not None:
+                due.append((clock + (when - now).total_seconds() + DUE_MARGIN, consumer.queue))
+        return sorted(due, key=lambda d: d[0])
+
+    def _flush(self, pending: Pending, retry: Retry) -> None:
+        """Ack handled items on their own (retrying through database errors)."""
+        self._settle(pending.queue, pending.items, [], [], retry)
