@@ -69,14 +69,46 @@ def tuning_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
     HOT updates of the state/lease columns, and autovacuum runs after 1% of the rows changed
     instead of 20%, so dead tuples never pile up between runs.
     """
+    return set_statements(storage_parameters(spec, dialect), dialect)
+
+
+#: A table's storage parameters: its name, and each parameter's value as PostgreSQL lists it
+#: in ``pg_class.reloptions``.
+Parameters = tuple[str, dict[str, str]]
+
+
+def storage_parameters(spec: QueueSpec, dialect: Dialect) -> list[Parameters]:
+    """The storage parameters :func:`tuning_statements` sets, per table (none where the
+    dialect has none): what a migration tool compares with the catalog, and resets."""
     if not dialect.supports_storage_parameters:
         return []
-    q = dialect.quote
-    churn = "autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000, "
+    churn = {"autovacuum_vacuum_scale_factor": "0.01", "autovacuum_vacuum_threshold": "1000"}
+    meta = {
+        "fillfactor": "80",
+        **churn,
+        "autovacuum_analyze_scale_factor": "0.02",
+        "autovacuum_vacuum_cost_delay": "0",
+    }
     return [
-        f"ALTER TABLE {q(spec.meta_table)} SET (fillfactor = 80, {churn}"
-        f"autovacuum_analyze_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0)",
-        f"ALTER TABLE {q(spec.table)} SET ({churn}autovacuum_vacuum_insert_scale_factor = 0.05)",
+        (spec.meta_table, meta),
+        (spec.table, {**churn, "autovacuum_vacuum_insert_scale_factor": "0.05"}),
+    ]
+
+
+def set_statements(parameters: list[Parameters], dialect: Dialect) -> list[str]:
+    """``ALTER TABLE ... SET (...)`` for each table's parameters."""
+    return [
+        f"ALTER TABLE {dialect.quote(table)} SET "
+        f"({', '.join(f'{name} = {value}' for name, value in values.items())})"
+        for table, values in parameters
+    ]
+
+
+def reset_statements(parameters: list[Parameters], dialect: Dialect) -> list[str]:
+    """``ALTER TABLE ... RESET (...)``: the same parameters back to their defaults."""
+    return [
+        f"ALTER TABLE {dialect.quote(table)} RESET ({', '.join(values)})"
+        for table, values in parameters
     ]
 
 
@@ -198,15 +230,28 @@ def ring_tuning_statements(spec: QueueSpec, dialect: Dialect, *, plain: bool = F
     :data:`RING_NEVER_ANALYZE`: set on each segment of a ring of many slots (see
     :func:`ring_segment_bounds`; a partitioned table takes none itself), else on the slot
     table, and on the slot table in any case if ``plain``."""
+    return set_statements(ring_storage_parameters(spec, dialect, plain=plain), dialect)
+
+
+def ring_storage_parameters(
+    spec: QueueSpec, dialect: Dialect, *, plain: bool = False
+) -> list[Parameters]:
+    """The storage parameters :func:`ring_tuning_statements` sets, per table."""
     if not dialect.supports_storage_parameters:
         return []
     tables = [(spec.table, spec.options.capacity or 0)] if plain else ring_storage_tables(spec)
     return [
-        f"ALTER TABLE {dialect.quote(table)} SET (fillfactor = {RING_FILLFACTOR}, "
-        f"autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = "
-        f"{max(1000, slots)}, autovacuum_vacuum_cost_delay = 0, "
-        f"autovacuum_analyze_scale_factor = 0, "
-        f"autovacuum_analyze_threshold = {RING_NEVER_ANALYZE})"
+        (
+            table,
+            {
+                "fillfactor": str(RING_FILLFACTOR),
+                "autovacuum_vacuum_scale_factor": "0",
+                "autovacuum_vacuum_threshold": str(max(1000, slots)),
+                "autovacuum_vacuum_cost_delay": "0",
+                "autovacuum_analyze_scale_factor": "0",
+                "autovacuum_analyze_threshold": str(RING_NEVER_ANALYZE),
+            },
+        )
         for table, slots in tables
     ]
 

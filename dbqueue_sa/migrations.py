@@ -64,9 +64,11 @@ from dbqueue.ring import RingQueue
 from dbqueue.schema import (
     RING_BASE_COLUMNS,
     drop_ring_counter_statements,
+    reset_statements,
     ring_plain_statements,
     ring_refill_statements,
-    ring_tuning_statements,
+    ring_storage_parameters,
+    storage_parameters,
     tuning_statements,
 )
 from dbqueue.spec import QueueOptions, QueueSpec, index_name
@@ -88,23 +90,6 @@ def table_spec(table: str, capacity: int | None = None) -> QueueSpec:
     """The core spec of a queue as far as the operations need it: the table's name, and a
     ring's capacity (both validated, so the SQL only holds a valid identifier)."""
     return QueueSpec(table, (), QueueOptions(capacity=capacity))
-
-
-def _parameters(statement: str) -> tuple[str, dict[str, str]]:
-    """The quoted table and the storage parameters of a core ``ALTER TABLE ... SET (...)``."""
-    match = re.fullmatch(r"ALTER TABLE (.+) SET \((.+)\)", statement)
-    assert match is not None, statement  # the core's tuning statements all have this form
-    pairs = (item.split(" = ") for item in match.group(2).split(", "))
-    return match.group(1), dict(pairs)
-
-
-def reset_statements(statements: Iterable[str]) -> list[str]:
-    """``ALTER TABLE ... RESET (...)`` undoing each of the core's tuning statements."""
-    out = []
-    for statement in statements:
-        table, parameters = _parameters(statement)
-        out.append(f"ALTER TABLE {table} RESET ({', '.join(parameters)})")
-    return out
 
 
 def _has_counters(inspector: Inspector, spec: QueueSpec) -> bool:
@@ -168,7 +153,7 @@ def empty_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
         # Only SQLite has it (see ring_slot_statements); IF EXISTS keeps this dialect-neutral.
         f"DROP INDEX IF EXISTS {q(spec.index_name(SEQ_INDEX))}",
         *ring_plain_statements(spec, dialect),
-        *reset_statements(ring_tuning_statements(spec, dialect, plain=True)),
+        *reset_statements(ring_storage_parameters(spec, dialect, plain=True), dialect),
     ]
 
 
@@ -386,7 +371,8 @@ def _tune_queue_tables(operations: Operations, op: TuneQueueTablesOp) -> None:
 
 @Operations.implementation_for(UntuneQueueTablesOp)
 def _untune_queue_tables(operations: Operations, op: UntuneQueueTablesOp) -> None:
-    _run(operations, reset_statements(tuning_statements(op.spec, _dialect(operations))))
+    dialect = _dialect(operations)
+    _run(operations, reset_statements(storage_parameters(op.spec, dialect), dialect))
 
 
 @renderers.dispatch_for(QueueOp)
@@ -431,10 +417,8 @@ def _ring_change(autogen_context: AutogenContext, spec: QueueSpec) -> QueueOp | 
 def _tuning_change(autogen_context: AutogenContext, spec: QueueSpec) -> QueueOp | None:
     """``tune_queue_tables`` if an existing split queue's storage parameters are not set."""
     dialect = core_dialect(autogen_context.dialect.name)
-    tables = {dialect.quote(name): name for name in (spec.table, spec.meta_table)}
-    for statement in tuning_statements(spec, dialect):
-        quoted, wanted = _parameters(statement)
-        options = _storage_parameters(autogen_context.connection, tables[quoted])  # type: ignore[arg-type]
+    for table, wanted in storage_parameters(spec, dialect):
+        options = _storage_parameters(autogen_context.connection, table)  # type: ignore[arg-type]
         if any(options.get(name) != value for name, value in wanted.items()):
             return TuneQueueTablesOp(spec.table)
     return None

@@ -18,8 +18,11 @@ from dbqueue.schema import (
     create_ring_statements,
     create_statements,
     drop_ring_statements,
+    reset_statements,
     ring_segment_bounds,
     ring_segments_statement,
+    ring_storage_parameters,
+    storage_parameters,
     tuning_statements,
 )
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
@@ -123,6 +126,36 @@ def test_postgresql_storage_parameters_are_applied(
     data = reloptions(pg_spec.table)
     assert {"autovacuum_vacuum_scale_factor=0.01",
             "autovacuum_vacuum_insert_scale_factor=0.05"} <= data  # fmt: skip
+
+
+@pytest.mark.postgresql
+def test_the_catalog_holds_the_declared_parameters_and_reset_clears_them(
+    pg_conn: psycopg.Connection, pg_spec: QueueSpec, table_name: str
+) -> None:
+    # A migration tool compares storage_parameters() with pg_class.reloptions as they are,
+    # and undoes them with reset_statements(): both from one declaration, no SQL parsed.
+    ring = QueueSpec(f"{table_name}_r", FIELDS, QueueOptions(capacity=100))
+    for statement in create_ring_statements(ring, PostgreSQL()):
+        pg_conn.execute(statement)
+    declared = [
+        *storage_parameters(pg_spec, PostgreSQL()),
+        *ring_storage_parameters(ring, PostgreSQL()),
+    ]
+
+    def reloptions(table: str) -> dict[str, str]:
+        row = pg_conn.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (f'"{table}"',)
+        ).fetchone()
+        assert row is not None
+        return dict(item.split("=", 1) for item in row[0] or [])
+
+    for table, parameters in declared:
+        assert reloptions(table) == parameters
+    for statement in reset_statements(declared, PostgreSQL()):
+        pg_conn.execute(statement)
+    assert all(reloptions(table) == {} for table, _ in declared)
+    for statement in drop_ring_statements(ring, PostgreSQL()):
+        pg_conn.execute(statement)
 
 
 @pytest.mark.postgresql

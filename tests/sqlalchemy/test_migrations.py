@@ -25,14 +25,14 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 import dbqueue.front
 from dbqueue.errors import InvalidSpec, QueueFull, RingNotEmpty
-from dbqueue.schema import SEGMENT_SLOTS, drop_ring_counter_statements, tuning_statements
-from dbqueue_sa import RingQueueMixin
-from dbqueue_sa.migrations import (
-    DropQueueRingOp,
-    empty_statements,
+from dbqueue.schema import (
+    SEGMENT_SLOTS,
+    drop_ring_counter_statements,
     reset_statements,
-    table_spec,
+    storage_parameters,
 )
+from dbqueue_sa import RingQueueMixin
+from dbqueue_sa.migrations import DropQueueRingOp, empty_statements, table_spec
 from dbqueue_sa.tables import core_dialect
 from tests.sqlalchemy.conftest import sync_url
 from tests.sqlalchemy.models import Base, Job, Tick
@@ -405,7 +405,7 @@ def test_existing_queue_tables_get_their_slots_and_storage_parameters(
         for statement in [
             *empty_statements(ring, dialect),
             *drop_ring_counter_statements(ring, dialect),
-            *reset_statements(tuning_statements(Job.__queue_spec__, dialect)),
+            *reset_statements(storage_parameters(Job.__queue_spec__, dialect), dialect),
         ]:
             connection.exec_driver_sql(statement)
 
