@@ -28,14 +28,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.color import no_style
-from django.db import models, transaction
+from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.backends.ddl_references import Statement
 
-from dbqueue.errors import QueueTableMissing
 from dbqueue.ring import RingQueue
-from dbqueue.schema import ring_plain_statements, ring_refill_statements
+from dbqueue.schema import ring_plain_statements
 from dbqueue.spec import QueueOptions, QueueSpec, index_name
 from dbqueue_django.executor import DjangoExecutor, dialect_for
 
@@ -108,32 +107,17 @@ def run_all_but_last(schema_editor: BaseDatabaseSchemaEditor, statements: list[s
     return last
 
 
-def next_number(connection: BaseDatabaseWrapper, spec: QueueSpec) -> int:
-    """The first number above every number the ring's counters handed out; 0 for a ring that
-    has no counters (or no tables) yet (see :meth:`dbqueue.RingQueue.next_number`)."""
-    try:
-        # A savepoint: a missing relation must not abort the migration's transaction.
-        with transaction.atomic(using=connection.alias):
-            ring = RingQueue(spec, dialect_for(connection))
-            return ring.next_number(DjangoExecutor(connection.alias))
-    except QueueTableMissing:
-        return 0
-
-
 def fill_statements(connection: BaseDatabaseWrapper, spec: QueueSpec) -> list[str]:
-    """The statements that give an empty ring table its slots and new counters, numbered on
-    from the old counters if there are any (a capacity change), from 0 otherwise."""
-    return ring_refill_statements(
-        spec, dialect_for(connection), start=next_number(connection, spec)
-    )
+    """The statements that give an empty ring table its slots and new counters (see
+    :meth:`dbqueue.RingQueue.refill_statements`)."""
+    ring = RingQueue(spec, dialect_for(connection))
+    return ring.refill_statements(DjangoExecutor(connection.alias))
 
 
 def check_empty(connection: BaseDatabaseWrapper, spec: QueueSpec) -> None:
     """Raise :class:`RingNotEmpty` unless the ring holds no message."""
     RingQueue(spec, dialect_for(connection)).check_empty(
         DjangoExecutor(connection.alias),
-        drain_hint="stop its producers, let the workers empty it (manage.py runqueueworker "
-        "<app_label.Model> --burst, run from the code that still declares the ring's current "
-        "capacity: a worker that declares the new one refuses this table), then run migrate "
-        "again (see the ring queue how-to)",
+        worker="manage.py runqueueworker <app_label.Model>",
+        then="run migrate again (see the ring queue how-to)",
     )

@@ -66,7 +66,6 @@ from dbqueue.schema import (
     drop_ring_counter_statements,
     reset_statements,
     ring_plain_statements,
-    ring_refill_statements,
     ring_storage_parameters,
     storage_parameters,
     tuning_statements,
@@ -105,43 +104,31 @@ def _count(connection: sa.Connection, table: str) -> int:
     return int(connection.scalar(query) or 0)
 
 
-def next_number(connection: sa.Connection, spec: QueueSpec) -> int:
-    """The first number above every number the ring's counters handed out; 0 for a ring that
-    has no counters yet (see :meth:`dbqueue.RingQueue.next_number`)."""
-    if not _has_counters(sa.inspect(connection), spec):
-        return 0
-    ring = RingQueue(spec, core_dialect(connection.dialect.name))
-    return ring.next_number(SAExecutor(connection))
-
-
 def check_empty(connection: sa.Connection, spec: QueueSpec) -> None:
     """Raise :class:`RingNotEmpty` unless the ring holds no message."""
     RingQueue(spec, core_dialect(connection.dialect.name)).check_empty(
         SAExecutor(connection),
-        drain_hint="stop its producers, let the workers empty it (dbqueue worker ... --burst, "
-        "run from the code that still declares the ring's current capacity: a worker that "
-        "declares the new one refuses this table), then run the migration again (see the "
-        "Alembic how-to, 'Change a ring's capacity')",
+        worker="dbqueue worker ...",
+        then="run the migration again (see the Alembic how-to, 'Change a ring's capacity')",
     )
 
 
 def fill_statements(
     connection: sa.Connection | None, spec: QueueSpec, dialect: Dialect
 ) -> list[str]:
-    """The statements that give an empty ring table its slots and new counters, numbered on
-    from the old counters if there are any (a capacity change), from 0 when there are none or
-    when nothing can be read (``connection`` None: offline, ``--sql``)."""
-    start = 0
-    if connection is not None:
-        rows = _count(connection, spec.table)
-        if rows:
-            raise CommandError(
-                f"create_queue_ring: table {spec.table!r} already holds {rows} row(s); its "
-                f"slots are preallocated in an empty table (a capacity change is "
-                f"alter_queue_ring)"
-            )
-        start = next_number(connection, spec)
-    return ring_refill_statements(spec, dialect, start=start)
+    """The statements that give an empty ring table its slots and new counters (see
+    :meth:`dbqueue.RingQueue.refill_statements`; numbered from 0 offline, ``connection``
+    None: ``--sql``)."""
+    if connection is None:
+        return RingQueue(spec, dialect).refill_statements(None)
+    rows = _count(connection, spec.table)
+    if rows:
+        raise CommandError(
+            f"create_queue_ring: table {spec.table!r} already holds {rows} row(s); its "
+            f"slots are preallocated in an empty table (a capacity change is "
+            f"alter_queue_ring)"
+        )
+    return RingQueue(spec, dialect).refill_statements(SAExecutor(connection))
 
 
 def empty_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:

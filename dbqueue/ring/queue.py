@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from dbqueue import compaction
-from dbqueue.errors import InvalidArgument, RingNotEmpty
+from dbqueue.errors import InvalidArgument, QueueTableMissing, RingNotEmpty
 from dbqueue.executor import Executor
 from dbqueue.layout import ZERO, TokenLike
 from dbqueue.message import Message, QueueStats, State
@@ -16,6 +16,7 @@ from dbqueue.ring.push import RingPush
 from dbqueue.ring.states import CountersRow, SegmentRow, SlotState, StatsRow
 from dbqueue.ring.sweeper import RingSweeper
 from dbqueue.rows import NumberRow, ValueRow
+from dbqueue.schema import ring_refill_statements
 
 
 class RingQueue(RingPush, RingPop, RingSweeper):
@@ -77,10 +78,28 @@ class RingQueue(RingPush, RingPop, RingSweeper):
         (row,) = self._rows(ex, "counters", {}, CountersRow)
         return max(int(row.push_next), int(row.pop_next))
 
-    def check_empty(self, ex: Executor, *, drain_hint: str) -> None:
+    # -- what migrations run (Django's RingSlots, the Alembic ring operations) ----------------
+
+    def refill_statements(self, ex: Executor | None) -> list[str]:
+        """The statements that give an empty ring table its slots and new counters, numbered
+        on from the old counters where there are some (a capacity change), from 0 where there
+        are none, or where nothing can be read (``ex`` None: an offline migration)."""
+        start = 0 if ex is None else self._next_number_or_zero(ex)
+        return ring_refill_statements(self.spec, self.dialect, start=start)
+
+    def _next_number_or_zero(self, ex: Executor) -> int:
+        try:
+            # A savepoint: a missing counter must not abort the migration's transaction.
+            with ex.atomic():
+                return self.next_number(ex)
+        except QueueTableMissing:
+            return 0
+
+    def check_empty(self, ex: Executor, *, worker: str, then: str) -> None:
         """Raise :class:`~dbqueue.errors.RingNotEmpty` unless the ring holds no message
         (ready, leased or waiting to be retried; failed ones do not count), saying how to drain
-        it (``drain_hint``, in the front end's own terms)."""
+        it in the front's own terms: ``worker``, the command that empties it, and ``then``,
+        what to run again."""
         stats = self.stats(ex)
         held = stats.ready + stats.leased + stats.scheduled
         if held:
@@ -88,7 +107,10 @@ class RingQueue(RingPush, RingPop, RingSweeper):
                 f"ring queue {self.spec.table!r} holds {held} message(s) ({stats.ready} ready, "
                 f"{stats.leased} leased, {stats.scheduled} waiting to be retried): its "
                 f"{stats.capacity} slots can only be replaced (a capacity change) while it is "
-                f"empty. Nothing was changed. Drain it first: {drain_hint}"
+                f"empty. Nothing was changed. Drain it first: stop its producers, let the "
+                f"workers empty it ({worker} --burst, run from the code that still declares "
+                f"the ring's current capacity: a worker that declares the new one refuses this "
+                f"table), then {then}"
             )
 
     def check(self, ex: Executor) -> None:

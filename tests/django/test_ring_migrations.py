@@ -151,7 +151,9 @@ def test_a_capacity_change_on_a_non_empty_ring_fails_clearly(alias: str, resize:
         resize.apply()
     message = str(info.value)
     assert "'testapp_tick' holds 2 message(s) (1 ready, 1 leased" in message
-    assert "Nothing was changed. Drain it first" in message and "runqueueworker" in message
+    assert "Nothing was changed. Drain it first" in message
+    assert "(manage.py runqueueworker <app_label.Model> --burst, run from the code" in message
+    assert message.endswith("then run migrate again (see the ring queue how-to)")
     # The migration rolled back as a whole: same slots, same messages.
     assert slots(alias) == before
     assert [t.id for t in queue.items("leased")] == [number]

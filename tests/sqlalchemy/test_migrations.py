@@ -317,8 +317,10 @@ def test_a_capacity_change_waits_for_an_empty_ring_and_numbers_on(
     assert "op.alter_queue_ring('sa_tick', capacity=12, existing_capacity=8)" in upgrade
     assert "op.alter_queue_ring('sa_tick', capacity=8, existing_capacity=12)" in downgrade
 
-    with pytest.raises(RingNotEmpty, match=r"'sa_tick' holds 3 message\(s\) \(3 ready"):
+    with pytest.raises(RingNotEmpty, match=r"'sa_tick' holds 3 message\(s\) \(3 ready") as info:
         command.upgrade(cfg, "head")
+    assert "(dbqueue worker ... --burst, run from the code that still declares" in str(info.value)
+    assert str(info.value).endswith("'Change a ring's capacity')")
     assert slots(db) == 8
 
     assert drain(db) == 3
