@@ -1,0 +1,232 @@
+"""Alembic autogenerate for queues: after Alembic's own comparison, the queue operations a
+model change needs (:func:`compare_queues`), and the ring parts it must not propose to drop
+(see :mod:`dbqueue_sa.migrations`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy as sa
+from alembic.autogenerate import comparators, renderers
+from alembic.autogenerate.api import AutogenContext
+from alembic.operations.ops import (
+    AlterColumnOp,
+    CreateTableOp,
+    DropIndexOp,
+    DropTableOp,
+    ModifyTableOps,
+    UpgradeOps,
+)
+from alembic.util import DispatchPriority, PriorityDispatchResult
+from sqlalchemy.dialects import postgresql
+
+from dbqueue.errors import DBQueueError
+from dbqueue.schema import (
+    storage_parameters,
+)
+from dbqueue.spec import QueueSpec
+from dbqueue_sa.alembic_ops import (
+    AlterQueueRingOp,
+    CreateQueueRingOp,
+    DropQueueRingOp,
+    QueueOp,
+    TuneQueueTablesOp,
+    has_counters,
+    is_ring_part,
+    is_seq_index,
+    slot_count,
+    table_spec,
+)
+from dbqueue_sa.mixins import QUEUE_CLASSES, RingQueueMixin, queue_classes
+from dbqueue_sa.tables import core_dialect
+
+# -- autogenerate -----------------------------------------------------------------------------
+
+
+def _target_classes(autogen_context: AutogenContext) -> Iterator[type[Any]]:
+    metadata = autogen_context.metadata
+    if metadata is None:
+        return
+    for each in [metadata] if isinstance(metadata, sa.MetaData) else metadata:
+        yield from queue_classes(each)
+
+
+def _included(autogen_context: AutogenContext, table: sa.Table) -> bool:
+    """Whether the env.py filters let autogenerate compare ``table``."""
+    return autogen_context.run_name_filters(
+        table.name, "table", {"schema_name": None}
+    ) and autogen_context.run_object_filters(table, table.name, "table", False, None)
+
+
+def _ring_change(autogen_context: AutogenContext, spec: QueueSpec) -> QueueOp | None:
+    """The operation an existing ring table needs: its slots if it has none (or no counters),
+    a capacity change if it has another number of them."""
+    capacity = spec.options.capacity
+    assert capacity is not None  # a ring spec always has one
+    slots = slot_count(autogen_context.connection, spec.table)  # type: ignore[arg-type]
+    if not slots or not has_counters(autogen_context.inspector, spec):
+        return CreateQueueRingOp(spec.table, capacity)
+    if slots != capacity:
+        return AlterQueueRingOp(spec.table, capacity, slots)
+    return None
+
+
+def _tuning_change(autogen_context: AutogenContext, spec: QueueSpec) -> QueueOp | None:
+    """``tune_queue_tables`` if an existing split queue's storage parameters are not set."""
+    dialect = core_dialect(autogen_context.dialect.name)
+    for table, wanted in storage_parameters(spec, dialect):
+        options = _storage_parameters(autogen_context.connection, table)  # type: ignore[arg-type]
+        if any(options.get(name) != value for name, value in wanted.items()):
+            return TuneQueueTablesOp(spec.table)
+    return None
+
+
+def _storage_parameters(connection: sa.Connection, table: str) -> dict[str, str]:
+    """A PostgreSQL table's storage parameters, read from the catalog: SQLAlchemy reflects
+    them (``Inspector.get_table_options``) from 2.1 on only, and 2.0 raises
+    NotImplementedError."""
+    query = sa.text("SELECT reloptions FROM pg_class WHERE oid = to_regclass(:name)")
+    options = connection.scalar(query, {"name": f'"{table}"'}) or []
+    return dict(str(item).split("=", 1) for item in options)
+
+
+def _queue_op(autogen_context: AutogenContext, cls: type[Any], created: set[str]) -> QueueOp | None:
+    spec: QueueSpec = cls.__queue_spec__
+    table: sa.Table = cls.__table__
+    ring = issubclass(cls, RingQueueMixin)
+    if spec.table in created or (not ring and spec.meta_table in created):
+        if ring:
+            assert spec.options.capacity is not None  # a ring spec always has one
+            return CreateQueueRingOp(spec.table, spec.options.capacity)
+        return TuneQueueTablesOp(spec.table)
+    if not _included(autogen_context, table) or not autogen_context.inspector.has_table(spec.table):
+        return None
+    return _ring_change(autogen_context, spec) if ring else _tuning_change(autogen_context, spec)
+
+
+def _drop_removed_rings(autogen_context: AutogenContext, upgrade_ops: UpgradeOps) -> None:
+    """Put ``drop_queue_ring`` before the ``drop_table`` of each ring table that is dropped
+    (its counters are not the table's), so the downgrade recreates the slots too."""
+    for i, op in reversed(list(enumerate(upgrade_ops.ops))):
+        if not isinstance(op, DropTableOp) or op.schema is not None:
+            continue
+        try:
+            spec = table_spec(op.table_name)
+        except DBQueueError:  # not a name the core would give a queue
+            continue
+        if has_counters(autogen_context.inspector, spec):
+            slots = slot_count(autogen_context.connection, spec.table)  # type: ignore[arg-type]
+            if slots:
+                upgrade_ops.ops.insert(i, DropQueueRingOp(spec.table, capacity=slots))
+
+
+def _type_modules(typ: sa.types.TypeEngine[Any]) -> Iterator[str]:
+    """The dbqueue_sa modules of a column type and of its per-database variants."""
+    variants: dict[str, sa.types.TypeEngine[Any]] = getattr(typ, "_variant_mapping", {})
+    for each in (typ, *variants.values()):
+        module = type(each).__module__
+        if module.startswith("dbqueue_sa."):
+            yield module
+
+
+def _has_jsonb(typ: sa.types.TypeEngine[Any]) -> bool:
+    variants: dict[str, sa.types.TypeEngine[Any]] = getattr(typ, "_variant_mapping", {})
+    return any(isinstance(each, postgresql.JSONB) for each in (typ, *variants.values()))
+
+
+def _import_type_modules(autogen_context: AutogenContext) -> None:
+    """Import, in the script being rendered, the modules of the dbqueue column types the
+    target metadata uses: Alembic writes a type outside SQLAlchemy under its module's name
+    (``dbqueue_sa.tables.UTCDateTime()``) without importing it, and the script would fail
+    with ``NameError: name 'dbqueue_sa' is not defined`` where env.py has no
+    :func:`render_item` (which imports them too)."""
+    metadata = autogen_context.metadata
+    if metadata is None:
+        return
+    for each in [metadata] if isinstance(metadata, sa.MetaData) else metadata:
+        for table in each.tables.values():
+            for column in table.columns:
+                for module in _type_modules(column.type):
+                    autogen_context.imports.add(f"import {module}")
+                if _has_jsonb(column.type):
+                    # Rendered against another database: JSONB(astext_type=Text()).
+                    autogen_context.imports.add("from sqlalchemy import Text")
+
+
+def _leave_ring_parts(upgrade_ops: UpgradeOps) -> None:
+    """Take out what :func:`include_object` hides, where env.py does not set it: the drops of
+    a ring's counter tables and of its index on ``seq`` (SQLite), which the queue operations
+    own. Autogenerate would otherwise propose them at every run after the first."""
+    kept: list[Any] = []
+    for op in upgrade_ops.ops:
+        if isinstance(op, DropTableOp) and is_ring_part(op.to_table()):
+            continue
+        if isinstance(op, ModifyTableOps):
+            op.ops = [
+                o
+                for o in op.ops
+                if not (isinstance(o, DropIndexOp) and is_seq_index(op.table_name, o.index_name))
+            ]
+            if not op.ops:
+                continue
+        kept.append(op)
+    upgrade_ops.ops[:] = kept
+
+
+@comparators.dispatch_for("schema", priority=DispatchPriority.LAST)
+def compare_queues(
+    autogen_context: AutogenContext, upgrade_ops: UpgradeOps, schemas: set[str | None]
+) -> PriorityDispatchResult:
+    """Autogenerate's queue operations, once Alembic's own comparison has listed the tables
+    (``priority=LAST``): after the ``create_table`` ops of a new queue, ``create_queue_ring``
+    or ``tune_queue_tables``; for an existing queue, ``create_queue_ring`` if its ring has no
+    slots or counters, ``alter_queue_ring`` if its slots are not its capacity,
+    ``tune_queue_tables`` if its storage parameters are not set (PostgreSQL); before the
+    ``drop_table`` of a removed ring, ``drop_queue_ring``."""
+    _leave_ring_parts(upgrade_ops)
+    if None in schemas:  # queue tables live in the default schema (dbqueue_sa.spec)
+        created = {
+            op.table_name
+            for op in upgrade_ops.ops
+            if isinstance(op, CreateTableOp) and op.schema is None
+        }
+        for cls in _target_classes(autogen_context):
+            queue_op = _queue_op(autogen_context, cls, created)
+            if queue_op is not None:
+                upgrade_ops.ops.append(queue_op)
+        _drop_removed_rings(autogen_context, upgrade_ops)
+    return PriorityDispatchResult.CONTINUE
+
+
+@comparators.dispatch_for("column", subgroup="server_default", priority=DispatchPriority.FIRST)
+def _unsupported_identity(
+    autogen_context: AutogenContext,
+    alter_column_op: AlterColumnOp,
+    schema: str | None,
+    tname: str,
+    cname: str,
+    conn_col: sa.Column[Any],
+    metadata_col: sa.Column[Any],
+) -> PriorityDispatchResult:
+    """A split queue's ``id`` is an identity column on PostgreSQL and an AUTOINCREMENT key on
+    SQLite, which has no identity columns: Alembic (``compare_server_default=True``) compares
+    the declared ``Identity()`` with the nothing SQLite reflects and proposes to add it at
+    every run. Skip that comparison for a queue table (by name: the target metadata may hold
+    a copy) where the database has no identity columns."""
+    if (
+        not autogen_context.dialect.supports_identity_columns
+        and isinstance(metadata_col.server_default, sa.Identity)
+        and conn_col.server_default is None
+        and any(name == tname for _, name in QUEUE_CLASSES)
+    ):
+        return PriorityDispatchResult.STOP
+    return PriorityDispatchResult.CONTINUE
+
+
+@renderers.dispatch_for(QueueOp)
+def _render(autogen_context: AutogenContext, op: QueueOp) -> str:
+    # Every script that creates a queue's tables holds one of these: it imports the modules of
+    # the tables' dbqueue column types (see _import_type_modules).
+    _import_type_modules(autogen_context)
+    return op.render()
