@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from dbqueue.arguments import TokenLike
 from dbqueue.codec import payload_rows
 from dbqueue.compaction import LOCK_TIMEOUT, CompactResult
 from dbqueue.dialects.base import Dialect
 from dbqueue.executor import Executor
-from dbqueue.layout import TokenLike
 from dbqueue.message import DeliveryMode, Message, RescueResult, State
 from dbqueue.ring import RingQueue
 from dbqueue.spec import QueueSpec

@@ -11,18 +11,10 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, cast
 
+from dbqueue.arguments import ZERO, TokenLike, check_duration, check_priority, positive
 from dbqueue.errors import InvalidArgument, shown
 from dbqueue.executor import Executor, Row, UnloadedRow, columns_from
-from dbqueue.layout import (
-    RESCUE_ERROR,
-    ZERO,
-    Layout,
-    TokenLike,
-    check_duration,
-    check_priority,
-    log,
-    positive,
-)
+from dbqueue.layout import RESCUE_ERROR, Layout, log
 from dbqueue.message import Message, QueueStats, RescueResult, State
 from dbqueue.rows import NumberRow, StateRow, ValueRow
 from dbqueue.sql import Statement

@@ -30,9 +30,9 @@ from sqlalchemy.orm import Mapper, Session, scoped_session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.session import make_transient_to_detached
 
+from dbqueue.arguments import TokenLike
 from dbqueue.errors import InvalidArgument, TransactionStateError
 from dbqueue.front import AnyQueue, FrontQueue, RingFrontQueue, shared_core
-from dbqueue.layout import TokenLike
 from dbqueue.message import DeliveryMode, State
 from dbqueue.spec import QueueSpec
 from dbqueue.split import SplitQueue

@@ -23,9 +23,9 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from dbqueue.arguments import Token
 from dbqueue.errors import NotLeased
 from dbqueue.executor import Executor, Row, columns_from
-from dbqueue.layout import Token
 from dbqueue.message import Message
 from dbqueue.ring.base import PAYLOAD_AT, TAKEN_AT, RingBase
 from dbqueue.ring.claims import Claim, Verdict, judge, now

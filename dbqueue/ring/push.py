@@ -25,9 +25,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dbqueue.arguments import positive
 from dbqueue.errors import InvalidArgument, QueueFull, shown
 from dbqueue.executor import Executor
-from dbqueue.layout import positive
 from dbqueue.ring.base import RingBase
 from dbqueue.ring.states import BlockedRow, PushOutcome, PushRow
 from dbqueue.rows import NumberRow

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from dbqueue import compaction
+from dbqueue.arguments import ZERO, TokenLike
 from dbqueue.errors import InvalidArgument, QueueTableMissing, RingNotEmpty
 from dbqueue.executor import Executor
-from dbqueue.layout import ZERO, TokenLike
 from dbqueue.message import Message, QueueStats, State
 from dbqueue.ring.pop import RingPop
 from dbqueue.ring.push import RingPush

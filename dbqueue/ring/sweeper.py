@@ -18,8 +18,9 @@ import time
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from dbqueue.arguments import TokenLike, positive
 from dbqueue.executor import Executor
-from dbqueue.layout import RESCUE_ERROR, TokenLike, positive
+from dbqueue.layout import RESCUE_ERROR
 from dbqueue.message import RescueResult, State
 from dbqueue.ring.base import RingBase
 from dbqueue.ring.states import ReturnRow, SweepRow

@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+from dbqueue.arguments import check_priority
 from dbqueue.codec import Codec
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.errors import DBQueueError, InvalidArgument, InvalidPayload, QueueFull
-from dbqueue.layout import check_priority
 from dbqueue.ring import RingQueue
 from dbqueue.schema import STAGE_COLUMNS, stage_statements
 from dbqueue.spark.catalog import DIALECT, FoundQueue, run, statements
