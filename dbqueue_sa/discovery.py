@@ -2,8 +2,7 @@
 mapped classes, or found by looking at the tables when no class is at hand; and working
 through many of a queue's items in batches (:func:`in_batches`).
 
-A table ``T`` is a split queue when ``T_meta`` exists beside it with the meta columns, and a
-ring queue when it has the slot columns and ``T_failed`` exists beside it; whatever else is in
+Which tables are queues is :func:`dbqueue.discovery.layout_of`'s rule; whatever else is in
 the database is left alone. A found queue's spec is built from its reflected columns with
 :func:`dbqueue_sa.spec.to_field`, and a ring's capacity is its number of slots. The payload
 kinds are best effort (what a reflected type says is how a value is stored, not how the
@@ -20,12 +19,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from dbqueue import discovery
 from dbqueue.errors import InvalidSpec
 from dbqueue.executor import Executor
 from dbqueue.front import AnyQueue
 from dbqueue.message import State
 from dbqueue.ring import SLOT_OF_STATE, RingQueue, SlotState
-from dbqueue.schema import FAILED_BASE_COLUMNS, META_COLUMNS, RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
+from dbqueue.schema import FAILED_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
 from dbqueue.split import SplitQueue
 from dbqueue_sa.executor import SAExecutor
@@ -46,27 +46,15 @@ class Ids:
 
 
 @dataclass(frozen=True, slots=True)
-class FoundQueue:
-    """A queue in the database: its spec, and the tables its items are listed from (split:
-    the meta table; ring: the slot table and the failed table)."""
+class FoundQueue(discovery.FoundQueue):
+    """A queue in the database (:class:`dbqueue.discovery.FoundQueue`), and the tables its
+    items are listed from (split: the meta table; ring: the slot table and the failed
+    table)."""
 
-    spec: QueueSpec
     items: sa.Table
     failed: sa.Table | None = None
     #: The mapped class, for a declared queue.
     model: type[Any] | None = None
-
-    @property
-    def name(self) -> str:
-        return self.spec.table
-
-    @property
-    def ring(self) -> bool:
-        return self.failed is not None
-
-    @property
-    def layout(self) -> str:
-        return "ring" if self.ring else "split"
 
     def core(self, connection: sa.Connection) -> AnyQueue:
         """The core queue (the class's own for a declared queue)."""
@@ -125,39 +113,27 @@ def discover(connection: sa.Connection) -> list[FoundQueue]:
 def _discover(connection: sa.Connection) -> list[FoundQueue]:
     inspector = sa.inspect(connection)
     names = set(inspector.get_table_names())
-    split = {t for t in names if f"{t}_meta" in names}
-    ring = {t for t in names if f"{t}_failed" in names}
-    wanted = split | ring | {f"{t}_meta" for t in split} | {f"{t}_failed" for t in ring}
+    tables = discovery.candidates(names)
+    wanted = {n for t in tables for n in (t, f"{t}_meta", f"{t}_failed") if n in names}
     if not wanted:
         return []
     # One catalog query for every candidate table, rather than one per table.
     reflected = inspector.get_multi_columns(filter_names=sorted(wanted))
     columns = {name: cols for (_, name), cols in reflected.items()}
+    column_names = {name: [c["name"] for c in cols] for name, cols in columns.items()}
     metadata = sa.MetaData()
     found = []
-    for table in sorted(split | ring):
+    for table in tables:
         try:
-            meta, failed = f"{table}_meta", f"{table}_failed"
-            if (
-                table in split
-                and _has(columns, table, SPLIT_BASE_COLUMNS)
-                and _has(columns, meta, META_COLUMNS)
-            ):
+            layout = discovery.layout_of(table, column_names)
+            if layout == discovery.SPLIT:
                 found.append(_split(metadata, columns, table))
-            elif (
-                table in ring
-                and _has(columns, table, RING_BASE_COLUMNS)
-                and _has(columns, failed, FAILED_BASE_COLUMNS)
-            ):
+            elif layout == discovery.RING:
                 found.append(_ring(connection, metadata, columns, table))
         except InvalidSpec as exc:
             # Not a name or a column set a queue could have: not one of ours.
             log.debug("table %r is not a queue: %s", table, exc)
     return found
-
-
-def _has(columns: dict[str, Any], table: str, wanted: frozenset[str]) -> bool:
-    return wanted <= {c["name"] for c in columns.get(table, ())}
 
 
 def _table(metadata: sa.MetaData, name: str, columns: Sequence[dict[str, Any]]) -> sa.Table:

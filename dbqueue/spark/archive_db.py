@@ -14,8 +14,9 @@ from typing import Any
 
 import psycopg
 
+from dbqueue.discovery import FoundQueue
 from dbqueue.errors import DBQueueError
-from dbqueue.spark.catalog import DIALECT, FoundQueue, run
+from dbqueue.spark.catalog import DIALECT, run
 from dbqueue.spec import advisory_key
 from dbqueue.sql import render
 

@@ -1,21 +1,21 @@
 """A queue as the database describes it: the Spark source knows a queue by its table name only.
 
-A table ``T`` is a split queue when ``T_meta`` exists beside it, and a ring queue when
-``T_failed`` does (the slot table has a ``slot`` column). The payload fields are the data
-table's columns (split) or the failed table's (ring: its payload columns keep the declared
-NOT NULL, where the slots' are all nullable because empty slots hold nothing), and each
-PostgreSQL type maps back to the :class:`~dbqueue.spec.FieldKind` the core created it from.
+Which layout a table has is :func:`dbqueue.discovery.layout_of`'s rule. The payload fields
+are the data table's columns (split) or the failed table's (ring: its payload columns keep the
+declared NOT NULL, where the slots' are all nullable because empty slots hold nothing), and
+each PostgreSQL type maps back to the :class:`~dbqueue.spec.FieldKind` the core created it
+from.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from dbqueue.dialects.postgresql import COLUMN_TYPES, PostgreSQL
+from dbqueue.discovery import RING, FoundQueue, layout_of
 from dbqueue.errors import InvalidSpec, QueueTableMissing
 from dbqueue.schema import FAILED_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
@@ -32,22 +32,6 @@ _KINDS = {
     "json": FieldKind.JSON,
 }
 _TYPE = re.compile(r"^(?P<name>[a-z ]+?)(?:\((?P<args>[0-9, ]+)\))?$")
-
-
-@dataclass(frozen=True, slots=True)
-class FoundQueue:
-    """A queue found in the database: its spec (a ring's carries its capacity) and layout."""
-
-    spec: QueueSpec
-
-    @property
-    def ring(self) -> bool:
-        """True for a ring queue, False for a split queue."""
-        return self.spec.options.capacity is not None
-
-    @property
-    def layout(self) -> str:
-        return "ring" if self.ring else "split"
 
 
 def statements(spec: QueueSpec) -> dict[str, Statement]:
@@ -107,18 +91,19 @@ def load_queue(
     bare = QueueSpec(table, (), options.__class__(**_without_capacity(options)))
     stmts = statements(bare)
     names = [bare.table, bare.meta_table, bare.failed_table]
-    found = {row[0] for row in run(conn, stmts["spark_tables"], {"names": names})}
-    if bare.table not in found or not found & {bare.meta_table, bare.failed_table}:
+    found = [row[0] for row in run(conn, stmts["spark_tables"], {"names": names})]
+    columns = {name: run(conn, stmts["spark_columns"], {"table": name}) for name in found}
+    layout = layout_of(table, {name: [c[0] for c in cols] for name, cols in columns.items()})
+    if layout is None:
         raise QueueTableMissing(
             f"no queue table {table!r} in the database (a split queue has {table!r} and "
             f"{bare.meta_table!r}, a ring {table!r} and {bare.failed_table!r}): create it with "
             f"the framework's migrations (Django migrate, Alembic, create_all) first"
         )
-    ring = bare.failed_table in found and bare.meta_table not in found
+    ring = layout == RING
     source = bare.failed_table if ring else bare.table
     skip = FAILED_BASE_COLUMNS if ring else SPLIT_BASE_COLUMNS
-    columns = run(conn, stmts["spark_columns"], {"table": source})
-    fields = tuple(field_for(table, n, t, nn) for n, t, nn in columns if n not in skip)
+    fields = tuple(field_for(table, n, t, nn) for n, t, nn in columns[source] if n not in skip)
     if not ring:
         return FoundQueue(QueueSpec(table, fields, bare.options))
     (capacity,) = run(conn, stmts["spark_capacity"], {})[0]

@@ -22,10 +22,11 @@ import pyarrow as pa
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from dbqueue.discovery import FoundQueue
 from dbqueue.errors import InvalidArgument, InvalidPayload
 from dbqueue.message import State
 from dbqueue.ring import ITEM_STATES
-from dbqueue.spark.catalog import FoundQueue, run, statements
+from dbqueue.spark.catalog import run, statements
 from dbqueue.spark.connection import connect
 from dbqueue.spark.types import arrow_type
 

@@ -34,8 +34,9 @@ from collections.abc import Mapping
 from pyspark.sql import types as T
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 
+from dbqueue.discovery import FoundQueue
 from dbqueue.errors import InvalidArgument
-from dbqueue.spark.catalog import FoundQueue, load_queue
+from dbqueue.spark.catalog import load_queue
 from dbqueue.spark.connection import connect, conninfo_from
 from dbqueue.spark.reader import QueueReader, parse_states, parse_time
 from dbqueue.spark.stream import QueueStream

@@ -47,9 +47,10 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
 from dbqueue.compaction import CHECK_EVERY
+from dbqueue.discovery import FoundQueue
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.ring import RingQueue
-from dbqueue.spark.catalog import DIALECT, FoundQueue, run, statements
+from dbqueue.spark.catalog import DIALECT, run, statements
 from dbqueue.spark.connection import connect
 from dbqueue.spark.reader import state_names, to_batch
 from dbqueue.split import SplitQueue

@@ -38,11 +38,12 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from dbqueue.arguments import check_priority
 from dbqueue.codec import Codec
+from dbqueue.discovery import FoundQueue
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.errors import DBQueueError, InvalidArgument, InvalidPayload, QueueFull
 from dbqueue.ring import RingQueue
 from dbqueue.schema import STAGE_COLUMNS, stage_statements
-from dbqueue.spark.catalog import DIALECT, FoundQueue, run, statements
+from dbqueue.spark.catalog import DIALECT, run, statements
 from dbqueue.spark.connection import connect
 from dbqueue.spark.types import WritePlan
 from dbqueue.spec import Field, FieldKind

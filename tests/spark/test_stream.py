@@ -31,9 +31,9 @@ from dbqueue import (
     compaction,
     get_dialect,
 )
+from dbqueue.discovery import FoundQueue
 from dbqueue.drivers import executor_for
 from dbqueue.spark import stream as stream_module
-from dbqueue.spark.catalog import FoundQueue
 from dbqueue.spark.stream import QueueStream, to_runs, to_tokens
 from dbqueue.spark.types import read_schema
 from tests.spark.conftest import SPARK

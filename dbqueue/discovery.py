@@ -1,0 +1,62 @@
+"""Which tables are queues, told from the database alone: for the Spark source, which knows a
+queue by its table name, and the SQLAlchemy command line, which may run where no class
+declares it.
+
+A table ``T`` is a split queue when ``T_meta`` exists beside it with the meta columns (and
+``T`` has the data table's), and a ring when ``T`` has the slot columns and ``T_failed`` exists
+beside it with the side table's. Anything else in the database is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from dbqueue.schema import FAILED_BASE_COLUMNS, META_COLUMNS, RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
+from dbqueue.spec import QueueSpec
+
+SPLIT, RING = "split", "ring"
+
+
+@dataclass(frozen=True, slots=True)
+class FoundQueue:
+    """A queue found in the database: its spec (a ring's carries its capacity)."""
+
+    spec: QueueSpec
+
+    @property
+    def name(self) -> str:
+        return self.spec.table
+
+    @property
+    def ring(self) -> bool:
+        """True for a ring queue, False for a split queue."""
+        return self.spec.options.capacity is not None
+
+    @property
+    def layout(self) -> str:
+        """``"split"`` or ``"ring"``."""
+        return RING if self.ring else SPLIT
+
+
+def layout_of(table: str, columns: Mapping[str, Collection[str]]) -> str | None:
+    """The layout of the queue whose table is ``table`` (``"split"``, ``"ring"``), or None if
+    it is not a queue's; ``columns``: the column names of the tables around it, by table name
+    (a table that does not exist is absent). Raises InvalidSpec for a name no queue has."""
+    bare = QueueSpec(table, ())
+
+    def has(name: str, wanted: frozenset[str]) -> bool:
+        return name in columns and wanted <= set(columns[name])
+
+    if has(bare.meta_table, META_COLUMNS) and has(table, SPLIT_BASE_COLUMNS):
+        return SPLIT
+    if has(bare.failed_table, FAILED_BASE_COLUMNS) and has(table, RING_BASE_COLUMNS):
+        return RING
+    return None
+
+
+def candidates(names: Collection[str]) -> list[str]:
+    """The tables among ``names`` that may be queues (a ``_meta`` or ``_failed`` table beside
+    them), by name: what :func:`layout_of` then decides on."""
+    present = set(names)
+    return sorted(t for t in present if f"{t}_meta" in present or f"{t}_failed" in present)

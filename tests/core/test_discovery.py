@@ -1,0 +1,44 @@
+"""dbqueue.discovery: which tables are queues, the rule the Spark source and the SQLAlchemy
+command line share (each runs it on its own catalog reads: tests/spark/test_catalog.py,
+tests/sqlalchemy/test_discovery.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dbqueue import QueueOptions, QueueSpec
+from dbqueue.discovery import RING, SPLIT, FoundQueue, candidates, layout_of
+from dbqueue.errors import InvalidSpec
+from dbqueue.schema import FAILED_BASE_COLUMNS, META_COLUMNS, RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
+
+SPLIT_TABLES = {"jobs": [*SPLIT_BASE_COLUMNS, "to"], "jobs_meta": list(META_COLUMNS)}
+RING_TABLES = {"ticks": [*RING_BASE_COLUMNS, "price"], "ticks_failed": list(FAILED_BASE_COLUMNS)}
+
+
+def test_a_split_queue_and_a_ring_are_told_apart_by_the_tables_beside_them() -> None:
+    columns = {**SPLIT_TABLES, **RING_TABLES, "users": ["id", "name"]}
+    assert candidates(columns) == ["jobs", "ticks"]
+    assert [layout_of(t, columns) for t in ("jobs", "ticks", "users")] == [SPLIT, RING, None]
+
+
+def test_tables_with_the_names_but_not_the_columns_are_not_queues() -> None:
+    assert layout_of("jobs", {"jobs": ["id"], "jobs_meta": list(META_COLUMNS)}) is None
+    assert layout_of("jobs", {**SPLIT_TABLES, "jobs_meta": ["id", "state"]}) is None
+    assert layout_of("ticks", {"ticks": ["id"], "ticks_failed": list(FAILED_BASE_COLUMNS)}) is None
+    assert layout_of("jobs", {"jobs": list(SPLIT_BASE_COLUMNS)}) is None  # no meta table
+
+
+def test_a_split_queue_beside_a_table_named_like_a_side_table_stays_split() -> None:
+    columns = {**SPLIT_TABLES, "jobs_failed": list(FAILED_BASE_COLUMNS)}
+    assert layout_of("jobs", columns) == SPLIT
+
+
+def test_a_name_no_queue_can_have_is_refused() -> None:
+    with pytest.raises(InvalidSpec):
+        layout_of("no such; table", {})
+
+
+def test_a_found_queue_says_its_layout() -> None:
+    assert FoundQueue(QueueSpec("jobs", ())).layout == SPLIT
+    ring = FoundQueue(QueueSpec("ticks", (), QueueOptions(capacity=8)))
+    assert (ring.name, ring.ring, ring.layout) == ("ticks", True, RING)
