@@ -27,9 +27,9 @@ from dbqueue.errors import (
     shown,
 )
 from dbqueue.executor import Executor, Row, UnloadedRow
-from dbqueue.message import DeliveryMode, Message, State
+from dbqueue.message import DeliveryMode, Message, QueueStats, State
 from dbqueue.outage import is_outage, unavailable
-from dbqueue.rows import NumberRow, StateRow, ValueRow
+from dbqueue.rows import NumberRow, StateRow, StatsRow, ValueRow
 from dbqueue.spec import QueueSpec
 from dbqueue.sql import Statement, render
 
@@ -82,6 +82,19 @@ class Layout:
         """What a popped message has beyond its model's columns, by attribute name (the
         fronts set these on the instance)."""
         raise NotImplementedError
+
+    # -- stats --------------------------------------------------------------------------------
+
+    def _stats(self, ex: Executor) -> QueueStats:
+        """The queue's counts from its ``stats`` statement (:class:`~dbqueue.rows.StatsRow`)."""
+        (row,) = self._rows(ex, "stats", self._clock(), StatsRow)
+        t = self.dialect.time_result
+        oldest, now = t(row.oldest_ready), t(row.now)
+        age = None if oldest is None or now is None else max(now - oldest, ZERO)
+        ready, scheduled, leased, expired, done, failed = (int(v or 0) for v in row[:6])
+        slots = None if row.slots is None else int(row.slots)
+        in_slots = None if slots is None else int(row.in_slots or 0)
+        return QueueStats(ready, scheduled, leased, expired, done, failed, age, slots, in_slots)
 
     # -- running statements -------------------------------------------------------------------
 

@@ -21,6 +21,22 @@ class StateRow(NamedTuple):
     state: int
 
 
+class StatsRow(NamedTuple):
+    """The row of ``<layout>_stats``: counts per state, the oldest due item's time and the
+    database's now; a ring's slot count and slots in use (NULL for a split queue)."""
+
+    ready: int
+    scheduled: int
+    leased: int
+    expired: int
+    done: int
+    failed: int
+    oldest_ready: Any
+    now: Any
+    slots: int | None
+    in_slots: int | None
+
+
 class ValueRow(NamedTuple):
     """The one value of a statement that returns one (a size, a flag, a time)."""
 

@@ -51,20 +51,6 @@ ENQUEUED_AT = PopRow._fields.index("enqueued_at")
 PAYLOAD_AT = len(PopRow._fields)
 
 
-class StatsRow(NamedTuple):
-    """The row of ``split_stats``: counts per state, then the oldest due item's time and the
-    server's now."""
-
-    ready: int
-    scheduled: int
-    leased: int
-    expired: int
-    done: int
-    failed: int
-    oldest_ready: Any
-    now: Any
-
-
 #: With ``QueueOptions.keep_done``, the statements that mark items done instead of removing
 #: them, by the operation they replace.
 KEEP_DONE_OPERATIONS = {"ack": "ack_done", "ack_pop": "ack_pop_done", "pop_remove": "pop_done"}
@@ -268,12 +254,7 @@ class SplitQueue(Layout):
 
     def stats(self, ex: Executor) -> QueueStats:
         """Counts per state and the age of the oldest due item."""
-        (row,) = self._rows(ex, "stats", self._clock(), StatsRow)
-        t = self.dialect.time_result
-        oldest, now = t(row.oldest_ready), t(row.now)
-        age = None if oldest is None or now is None else max(now - oldest, ZERO)
-        ready, scheduled, leased, expired, done, failed = (int(v or 0) for v in row[:6])
-        return QueueStats(ready, scheduled, leased, expired, done, failed, age)
+        return self._stats(ex)
 
     def purge(self, ex: Executor, state: State | str | int | None = None) -> int:
         """Delete every item in ``state`` (every item if None); return how many."""

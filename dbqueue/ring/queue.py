@@ -7,15 +7,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from dbqueue import compaction
-from dbqueue.arguments import ZERO, TokenLike
+from dbqueue.arguments import TokenLike
 from dbqueue.errors import InvalidArgument, QueueTableMissing, RingNotEmpty
 from dbqueue.executor import Executor
 from dbqueue.message import Message, QueueStats, State
 from dbqueue.ring.pop import RingPop
 from dbqueue.ring.push import RingPush
-from dbqueue.ring.states import CountersRow, SegmentRow, SlotState, StatsRow
+from dbqueue.ring.states import CountersRow, SegmentRow, SlotState
 from dbqueue.ring.sweeper import RingSweeper
-from dbqueue.rows import NumberRow, ValueRow
+from dbqueue.rows import NumberRow, StatsRow, ValueRow
 from dbqueue.schema import ring_refill_statements
 
 
@@ -47,29 +47,11 @@ class RingQueue(RingPush, RingPop, RingSweeper):
             plan.append((("compact_side", {}),))
         return plan
 
-    def _stats_row(self, ex: Executor) -> StatsRow:
-        (row,) = self._rows(ex, "stats", self._clock(), StatsRow)
-        return row
-
     def stats(self, ex: Executor) -> QueueStats:
         """Counts per state (ready: in a slot or due to be pushed again; ``scheduled``: waiting
         out a retry's back-off; leased: in a slot or moved aside), the age of the oldest ready
         message, and the ring's capacity (its slot count in the database) and slots in use."""
-        row = self._stats_row(ex)
-        t = self.dialect.time_result
-        oldest, now = t(row.oldest_ready), t(row.now)
-        age = None if oldest is None or now is None else max(now - oldest, ZERO)
-        return QueueStats(
-            int(row.ready or 0),
-            int(row.scheduled or 0),
-            int(row.leased or 0),
-            int(row.expired or 0),
-            int(row.done or 0),
-            int(row.failed or 0),
-            age,
-            int(row.slots),
-            int(row.in_slots or 0),
-        )
+        return self._stats(ex)
 
     def next_number(self, ex: Executor) -> int:
         """The first number above every number the counters handed out: where a capacity
@@ -115,7 +97,7 @@ class RingQueue(RingPush, RingPop, RingSweeper):
 
     def check(self, ex: Executor) -> None:
         """Raise RingCapacityMismatch unless the table has exactly ``capacity`` slots."""
-        slots = self._stats_row(ex).slots
+        slots = self._rows(ex, "stats", self._clock(), StatsRow)[0].slots
         if slots != self.capacity:
             raise self._mismatch(f"it has {slots} slots")
 

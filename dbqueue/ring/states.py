@@ -117,21 +117,6 @@ class PopRow(NamedTuple):
     last_error: str | None
 
 
-class StatsRow(NamedTuple):
-    """The row of ``ring_stats``."""
-
-    ready: int
-    scheduled: int
-    leased: int
-    expired: int
-    done: int
-    failed: int
-    oldest_ready: Any
-    now: Any
-    slots: int
-    in_slots: int
-
-
 class CountersRow(NamedTuple):
     """The row of ``ring_counters``: the next number of each counter."""
 

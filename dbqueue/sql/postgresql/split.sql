@@ -283,6 +283,7 @@ SELECT least((SELECT min(run_at) FROM {meta} WHERE state = {state_ready}),
              (SELECT min(lease_until) FROM {meta} WHERE state = {state_leased})) AS due;
 
 -- split_stats --
+-- The columns of dbqueue.rows.StatsRow: slots and in_slots are a ring's, NULL here.
 SELECT count(*) FILTER (WHERE state = {state_ready} AND run_at <= statement_timestamp()),
        count(*) FILTER (WHERE state = {state_ready} AND run_at > statement_timestamp()),
        count(*) FILTER (WHERE state = {state_leased}),
@@ -290,7 +291,7 @@ SELECT count(*) FILTER (WHERE state = {state_ready} AND run_at <= statement_time
        count(*) FILTER (WHERE state = {state_done}),
        count(*) FILTER (WHERE state = {state_failed}),
        min(run_at) FILTER (WHERE state = {state_ready} AND run_at <= statement_timestamp()),
-       statement_timestamp()
+       statement_timestamp(), NULL::bigint AS slots, NULL::bigint AS in_slots
 FROM {meta};
 
 -- split_purge --

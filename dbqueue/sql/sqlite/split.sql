@@ -174,6 +174,7 @@ FROM (SELECT (SELECT min(run_at) FROM {meta} WHERE state = {state_ready}) AS r,
              (SELECT min(lease_until) FROM {meta} WHERE state = {state_leased}) AS l);
 
 -- split_stats --
+-- The columns of dbqueue.rows.StatsRow: slots and in_slots are a ring's, NULL here.
 SELECT coalesce(sum(state = {state_ready} AND run_at <= :now), 0),
        coalesce(sum(state = {state_ready} AND run_at > :now), 0),
        coalesce(sum(state = {state_leased}), 0),
@@ -181,7 +182,7 @@ SELECT coalesce(sum(state = {state_ready} AND run_at <= :now), 0),
        coalesce(sum(state = {state_done}), 0),
        coalesce(sum(state = {state_failed}), 0),
        min(CASE WHEN state = {state_ready} AND run_at <= :now THEN run_at END),
-       :now
+       :now, NULL AS slots, NULL AS in_slots
 FROM {meta};
 
 -- split_purge --
