@@ -115,7 +115,7 @@ class CompactResult:
 
 
 def compact(
-    layout: Layout,
+    queue: Layout,
     ex: Executor,
     *,
     lock_timeout: dt.timedelta = LOCK_TIMEOUT,
@@ -125,17 +125,17 @@ def compact(
     transaction of its own; a skip (lock not granted in time, another compactor, too many
     rows, TRUNCATE not allowed) is reported in the result, not raised. ``before``: the
     tables' size, if the caller has just measured it."""
-    if not layout.dialect.keeps_dead_versions:
-        return CompactResult(False, 0, 0, skipped=f"{layout.dialect.name} keeps no dead versions")
+    if not queue.dialect.keeps_dead_versions:
+        return CompactResult(False, 0, 0, skipped=f"{queue.dialect.name} keeps no dead versions")
     if ex.in_transaction():
         raise TransactionStateError(
             "compact() runs in a transaction of its own: inside the caller's, its lock on the "
             "queue's tables would stop every producer and worker until that transaction ends"
         )
-    table = layout.spec.table
+    table = queue.spec.table
     if before is None:
-        before = size(layout, ex)
-    plan = layout.compaction_plan(ex, MAX_ROWS)
+        before = size(queue, ex)
+    plan = queue.compaction_plan(ex, MAX_ROWS)
     if not plan:
         return CompactResult(
             False, before, before, skipped=f"more than {MAX_ROWS} rows to copy under the lock"
@@ -147,10 +147,10 @@ def compact(
         start = time.monotonic()
         try:
             with ex.atomic():
-                if not layout._run(ex, "compact_claim", claim)[0][1]:
+                if not queue._run(ex, "compact_claim", claim)[0][1]:
                     return CompactResult(False, before, before, longest, BUSY)
                 for operation, params in steps:
-                    layout._run(ex, operation, params)
+                    queue._run(ex, operation, params)
         except QueueUnavailable as exc:
             if sqlstate(exc) != _LOCKED:
                 raise
@@ -163,15 +163,15 @@ def compact(
                 False, before, before, skipped=f"the database role may not TRUNCATE it ({exc})"
             )
         longest = max(longest, time.monotonic() - start)
-    return CompactResult(True, before, size(layout, ex), longest)
+    return CompactResult(True, before, size(queue, ex), longest)
 
 
-def size(layout: Layout, ex: Executor) -> int:
+def size(queue: Layout, ex: Executor) -> int:
     """The bytes of the queue's hot tables (with their indexes and TOAST); 0 where the
     database keeps no dead versions."""
-    if not layout.dialect.keeps_dead_versions:
+    if not queue.dialect.keeps_dead_versions:
         return 0
-    return int(layout._rows(ex, "size", {}, ValueRow)[0].value)
+    return int(queue._rows(ex, "size", {}, ValueRow)[0].value)
 
 
 #: Seconds between two looks at a queue's size by a consumer that compacts it (the worker's
@@ -229,14 +229,14 @@ class Growth:
             self._pause = min(self._pause * 2, RETRY_MAX)
 
 
-def compact_if_grown(layout: Layout, ex: Executor, growth: Growth) -> CompactResult | None:
+def compact_if_grown(queue: Layout, ex: Executor, growth: Growth) -> CompactResult | None:
     """Compact if the tables have grown enough since ``growth``'s baseline (see
     :class:`Growth`); the result, or None if no compaction was due."""
-    if not layout.dialect.keeps_dead_versions:
+    if not queue.dialect.keeps_dead_versions:
         return None
-    current = size(layout, ex)
+    current = size(queue, ex)
     if not growth.due(current):
         return None
-    result = compact(layout, ex, before=current)
+    result = compact(queue, ex, before=current)
     growth.record(result)
     return result

@@ -54,7 +54,7 @@ COMPACT_REFUSAL = (
 
 
 def shared_core(
-    owner: object, database: str, spec: QueueSpec, dialect: Dialect, layout: type[AnyQueue]
+    owner: object, database: str, spec: QueueSpec, dialect: Dialect, core_class: type[AnyQueue]
 ) -> AnyQueue:
     """The one core queue of ``owner`` (a model class) on ``database`` in this process.
 
@@ -66,16 +66,16 @@ def shared_core(
     core = _CORES.get(key)
     if core is None:
         # setdefault: threads racing here all end up with the one core (and its claims).
-        core = _CORES.setdefault(key, layout(spec, dialect))
+        core = _CORES.setdefault(key, core_class(spec, dialect))
     return core
 
 
 class FrontQueue[M](ABC):
     """The operations of one declared queue, in its model's terms (see the module)."""
 
-    #: The core queue class: :class:`~dbqueue.split.SplitQueue` or
+    #: The core queue class of the queue's layout: :class:`~dbqueue.split.SplitQueue` or
     #: :class:`~dbqueue.ring.RingQueue`.
-    layout: ClassVar[type[AnyQueue]] = SplitQueue
+    core_class: ClassVar[type[AnyQueue]] = SplitQueue
 
     # -- what a front supplies ----------------------------------------------------------------
 
@@ -308,7 +308,7 @@ class RingFrontQueue[M](FrontQueue[M]):
     raise :class:`~dbqueue.errors.QueueFull`; ``priority=`` and ``delay=`` are refused (a ring
     delivers in push order)."""
 
-    layout = RingQueue
+    core_class = RingQueue
 
     def check(self) -> None:
         """Raise RingCapacityMismatch unless the table has exactly ``capacity`` slots."""

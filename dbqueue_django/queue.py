@@ -43,7 +43,7 @@ class DjangoQueue[M: models.Model](FrontQueue[M]):
     def _bind(self) -> tuple[AnyQueue, DjangoExecutor]:
         # An executor per call: Django connections are per thread, so one cannot be cached.
         ex = DjangoExecutor(self.alias)
-        return shared_core(self.model, ex.alias, self.spec, ex.dialect, self.layout), ex
+        return shared_core(self.model, ex.alias, self.spec, ex.dialect, self.core_class), ex
 
     @property
     def core(self) -> AnyQueue:

@@ -132,8 +132,8 @@ class SAQueue[M]:
     """The queue of one mapped queue class (``Model.queue``): each operation takes the
     Session (or Connection) to run on first; see the module."""
 
-    #: The core queue class of the layout.
-    layout: ClassVar[type[AnyQueue]] = SplitQueue
+    #: The core queue class of the queue's layout.
+    core_class: ClassVar[type[AnyQueue]] = SplitQueue
     #: The queue bound to a session, that runs the operations.
     bound: ClassVar[type[SessionQueue[Any]]] = SessionQueue
 
@@ -186,7 +186,7 @@ class SAQueue[M]:
     def _bind(self, target: Target, *, commits: bool = False) -> tuple[AnyQueue, SAExecutor]:
         ex = SAExecutor(self.connection(target), commits=commits)
         database = database_key(ex.connection)
-        return shared_core(self.model, database, self.spec, ex.dialect, self.layout), ex
+        return shared_core(self.model, database, self.spec, ex.dialect, self.core_class), ex
 
     def core(self, target: Target) -> AnyQueue:
         """The core queue behind this one for ``target``'s database (used by the worker)."""

@@ -21,7 +21,7 @@ class RingSAQueue[M](SAQueue[M]):
     """The queue of one ring class (see :class:`SAQueue` and
     :class:`~dbqueue.front.RingFrontQueue`)."""
 
-    layout = RingQueue
+    core_class = RingQueue
     bound = RingSessionQueue
 
     check = session_method(RingSessionQueue.check)

@@ -1,4 +1,5 @@
-"""Named SQL statements, one file per dialect and layout (``sql/<dialect>/<layout>.sql``).
+"""Named SQL statements, one file per dialect and purpose (``sql/<dialect>/<file>.sql``: a
+layout's, ``split`` or ``ring``, or the Spark source's and the archive job's).
 
 A file is a sequence of blocks, each introduced by a line ``-- name --``. A block whose name
 starts with an underscore is a fragment, not a statement: other blocks of the file include it
@@ -35,14 +36,14 @@ class Statement:
     parts: tuple[str, ...]
 
 
-def load(dialect: str, layout: str) -> dict[str, tuple[str, ...]]:
-    """The raw (unrendered) statements of ``sql/<dialect>/<layout>.sql``, by name."""
-    return {k: v for k, v in _blocks(dialect, layout).items() if not k.startswith("_")}
+def load(dialect: str, file: str) -> dict[str, tuple[str, ...]]:
+    """The raw (unrendered) statements of ``sql/<dialect>/<file>.sql``, by name."""
+    return {k: v for k, v in _blocks(dialect, file).items() if not k.startswith("_")}
 
 
-def fragments(dialect: str, layout: str) -> dict[str, str]:
+def fragments(dialect: str, file: str) -> dict[str, str]:
     """The raw fragments of the file (blocks named ``_name``), by name."""
-    return {k: "\n".join(v) for k, v in _blocks(dialect, layout).items() if k.startswith("_")}
+    return {k: "\n".join(v) for k, v in _blocks(dialect, file).items() if k.startswith("_")}
 
 
 #: The file whose fragments the statements of every layout of a dialect may use.
@@ -50,9 +51,9 @@ COMMON = "common"
 
 
 @cache
-def _blocks(dialect: str, layout: str) -> dict[str, tuple[str, ...]]:
-    path = resources.files(__package__).joinpath(dialect, f"{layout}.sql")
-    if layout == COMMON and not path.is_file():
+def _blocks(dialect: str, file: str) -> dict[str, tuple[str, ...]]:
+    path = resources.files(__package__).joinpath(dialect, f"{file}.sql")
+    if file == COMMON and not path.is_file():
         return {}
     text = path.read_text("utf-8")
     blocks: dict[str, list[str]] = {}
@@ -188,19 +189,19 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
 
 
 def render(
-    spec: QueueSpec, dialect: Dialect, layout: str, extra: Mapping[str, str] | None = None
+    spec: QueueSpec, dialect: Dialect, file: str, extra: Mapping[str, str] | None = None
 ) -> dict[str, Statement]:
-    """Every statement of ``sql/<dialect>/<layout>.sql`` for this queue on this dialect, ready
+    """Every statement of ``sql/<dialect>/<file>.sql`` for this queue on this dialect, ready
     to execute. Files other than ``split`` see the ring's identifiers too (the Spark and
     archive statements serve both layouts); ``extra`` adds identifier fragments of their own."""
     context = split_context(spec, dialect)
-    if layout != "split":
+    if file != "split":
         context.update(ring_context(spec, dialect))
     context.update(extra or {})
     shared = fragments(dialect.name, COMMON)
-    for name, text in {**shared, **fragments(dialect.name, layout)}.items():
+    for name, text in {**shared, **fragments(dialect.name, file)}.items():
         context[name] = text.format(**context)
     return {
         name: Statement(name, tuple(part.format(**context) for part in parts))
-        for name, parts in load(dialect.name, layout).items()
+        for name, parts in load(dialect.name, file).items()
     }

@@ -7,13 +7,22 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import pytest
 
-from dbqueue import QueueSpec, RingQueue, SplitQueue, State, TransactionStateError, get_dialect
+from dbqueue import (
+    QueueOptions,
+    QueueSpec,
+    RingQueue,
+    SplitQueue,
+    State,
+    TransactionStateError,
+    get_dialect,
+)
 from dbqueue.drivers import executor_for
 from dbqueue.executor import Executor
 from dbqueue.front import AnyQueue, FrontQueue, RingFrontQueue, shared_core
@@ -43,7 +52,7 @@ class TestFront(FrontQueue[Job]):
         return self._spec
 
     def _bind(self) -> tuple[AnyQueue, Executor]:
-        core = shared_core(type(self), self.database, self.spec, self.ex.dialect, self.layout)
+        core = shared_core(type(self), self.database, self.spec, self.ex.dialect, self.core_class)
         return core, self.ex
 
     def _payload(self, values: Any) -> dict[str, Any]:
@@ -71,31 +80,35 @@ BACKENDS = [
 ]
 
 
+@contextmanager
+def front_on[F: TestFront](
+    request: pytest.FixtureRequest, table: str, cls: type[F], options: QueueOptions
+) -> Iterator[F]:
+    """A queue of ``cls`` (its tables created) on the backend the test is parametrized with."""
+    backend = request.param
+    conn, dialect = connect(backend, request), get_dialect(backend)
+    spec = QueueSpec(table, JOB_FIELDS, options)
+    ex = executor_for(dialect, conn)
+    ring = options.capacity is not None
+    for statement in (create_ring_statements if ring else create_statements)(spec, dialect):
+        ex.execute(statement, {})
+    yield cls(spec, ex, f"{backend}:{table}")
+    if ring and not isinstance(conn, sqlite3.Connection):  # counters outlive the test's schema
+        for statement in drop_ring_statements(spec, dialect):
+            ex.execute(statement, {})
+    conn.close()
+
+
 @pytest.fixture(params=BACKENDS)
 def split(request: pytest.FixtureRequest, table_name: str) -> Iterator[TestFront]:
-    conn = connect(request.param, request)
-    dialect = get_dialect(request.param)
-    spec = QueueSpec(table_name, JOB_FIELDS, JOB_OPTIONS)
-    ex = executor_for(dialect, conn)
-    for statement in create_statements(spec, dialect):
-        ex.execute(statement, {})
-    yield TestFront(spec, ex, f"{request.param}:{table_name}")
-    conn.close()
+    with front_on(request, table_name, TestFront, JOB_OPTIONS) as front:
+        yield front
 
 
 @pytest.fixture(params=BACKENDS)
 def ring(request: pytest.FixtureRequest, table_name: str) -> Iterator[TestRingFront]:
-    conn = connect(request.param, request)
-    dialect = get_dialect(request.param)
-    spec = QueueSpec(table_name, JOB_FIELDS, RING_OPTIONS)
-    ex = executor_for(dialect, conn)
-    for statement in create_ring_statements(spec, dialect):
-        ex.execute(statement, {})
-    yield TestRingFront(spec, ex, f"{request.param}:{table_name}")
-    if not isinstance(conn, sqlite3.Connection):
-        for statement in drop_ring_statements(spec, dialect):
-            ex.execute(statement, {})
-    conn.close()
+    with front_on(request, table_name, TestRingFront, RING_OPTIONS) as front:
+        yield front
 
 
 def test_a_split_front_pushes_in_its_names_and_pops_instances(split: TestFront) -> None:
