@@ -112,25 +112,17 @@ def reset_statements(parameters: list[Parameters], dialect: Dialect) -> list[str
     ]
 
 
-#: Ring slots are rewritten in place at every push and pop. Chosen by measurement (see
-#: docs/explanation/performance.md, "ring storage"): free space on every page lets each update
-#: be a HOT update onto the same page, and page pruning reclaims the old versions without
-#: VACUUM; autovacuum only has to keep the visibility map and statistics current.
-#: The free space must hold several versions of every slot on the page, at the size of a
-#: *full* slot: with a producer and a worker running side by side, each one's running
-#: statement keeps the versions the other just made dead from being pruned (about three per
-#: slot measured), and the slots are inserted empty (52 bytes) but rewritten with a payload
-#: (about 100 bytes in the measurement). At 50 (enough when only one client runs) ~23% of the
-#: updates were not HOT and the table grew 8x over 200k messages; at 15 slots still moved in
-#: the first laps (+42%) before settling; at 10, the smallest PostgreSQL allows, none moved
-#: (0 non-HOT updates in 120k messages, the table 6.3 MB for 10,000 slots). Larger payloads
-#: settle at a lower density in their first laps, once.
+#: Ring slots are rewritten in place at every push and pop: free space on every page lets
+#: each update be a HOT update onto the same page, and page pruning reclaims the old versions
+#: without VACUUM. The space must hold several versions of every full slot (a producer's and a
+#: worker's running statements keep each other's dead versions from being pruned), hence 10,
+#: the smallest PostgreSQL allows; measured in docs/explanation/performance.md, "Ring
+#: storage" (``make bench-ring-storage``).
 RING_FILLFACTOR = 10
 #: Bytes of padding in each slot as it is inserted (in ``last_error``, which the first push
-#: clears): the insert fills each page up to the fillfactor, so the padding sets how many
-#: slots share a page, about 9 instead of 14, and so the room each slot has for the versions
-#: no one may prune yet. Without it the 1M-message test grew the ring by 3.7% on an idle
-#: machine and by 18% in a loaded CI run (591 updates not HOT); the cost is 1.4x the space.
+#: clears): the insert fills each page up to the fillfactor, so the padding sets how many slots
+#: share a page (about 9 instead of 14), and so the room each has for versions no one may prune
+#: yet; it costs 1.4x the space (same measurement).
 RING_SLOT_PADDING = 32
 
 

@@ -3,62 +3,18 @@ database into Parquet files, partitioned by queue and day, then deleted in small
 
 >>> archive(spark, URL, "shop_order", timedelta(days=7), "s3a://bucket/queue-archive")
 
-What is archived
-    The cut-off ``c`` is the database clock's present minus ``older_than`` (one query: the
-    clock that wrote every ``run_at`` decides, client clocks do not matter). The archivable
-    set ``X(c)`` is, for a split queue, the items in state done (2, left by ``keep_done``
-    queues) or failed (3) whose ``run_at`` (when they finished) is before ``c``; for a ring
-    queue, the rows of its failed table with ``failed_at`` before ``c``.
+The cut-off is the database clock's present minus ``older_than``. Under the queue's archive
+lock (a second run is refused with :class:`~dbqueue.spark.archive_db.ArchiveBusy`) a run first
+finishes the runs its log (:mod:`~dbqueue.spark.archive_log`) shows unfinished, then goes
+through its steps, each logged and passed to ``on_step`` once done: ``started`` (the
+archivable rows counted), ``wrote`` (Spark wrote them into the run's own staging folder),
+``staged`` (their count checked against the database's, else nothing is deleted:
+:class:`ArchiveVerificationFailed`), ``published`` (the files moved into
+``queue=<table>/day=<YYYY-MM-DD>/``), ``written``, then ``batch`` after each batch of deletes
+(ids read back from the published files, fenced to rows still archivable) and ``deleted``.
 
-    **A row can leave X(c) but never join it after time c**: it leaves when it is retried or
-    deleted, and every transition into a terminal state sets ``run_at``/``failed_at`` to the
-    present, which is after ``c``. So the Spark partitions, which read X(c) in transactions of
-    their own at slightly different times, only ever see subsets of what was archivable when
-    the run counted it, never a row that was not. (One exception, which the verification
-    catches: the present of a statement is its start, so a transaction that finished a row and
-    stayed open longer than ``older_than`` before committing makes the row appear late.)
-
-The run, step by step (each step's name is what ``on_step`` is called with afterwards)
-    The run holds the queue's archive lock (a PostgreSQL advisory lock) from start to end; a
-    second run of the same queue is refused with :class:`~dbqueue.spark.archive_db.ArchiveBusy`.
-    First it finishes every run of the queue that the run log (:mod:`~dbqueue.spark.archive_log`)
-    shows unfinished (see Recovery). Then: count X(c) in the database (nothing to archive: it
-    writes nothing and says so), log ``started``; Spark reads X(c) through the ``dbqueue``
-    source and writes it as Parquet into a folder of the run's own,
-    ``<archive>/_dbqueue_staging/<run>/`` (``wrote``); the rows written there are counted
-    back and checked against the database: ``written == expected``, or, when retries shrank
-    X(c) meanwhile, ``count(X(c)) now <= written <= expected`` (else the run is discarded,
-    nothing is deleted, :class:`ArchiveVerificationFailed`); the files are logged
-    (``staged``) and moved into place, ``<archive>/queue=<table>/day=<YYYY-MM-DD>/`` (day of
-    ``finished_at`` in UTC) (``published``); log ``written``. Then the ids are read back from
-    the run's Parquet files, a file at a time in id order, and deleted in batches of
-    ``batch_size``, each its own transaction, fenced to rows still in X(c) (``batch`` after
-    each): a row retried meanwhile is never deleted. Log ``deleted``.
-
-Why a staging folder rather than Spark appending into the archive directly
-    A Spark job's commit is not atomic: the file committer renames the tasks' files into the
-    output one by one (object stores copy them), so a crash can leave some of a job's rows.
-    Worse, a crashed job leaves its committed task outputs in ``<output>/_temporary/0``, and
-    the next job appending to the same folder merges them into its own output, and two jobs
-    appending to one folder at once (two queues archived side by side) delete each other's
-    ``_temporary``. A folder per run makes a crashed write easy to throw away whole, and the
-    move into place is a list of renames that a re-run simply completes.
-
-Recovery (the next run of the queue does it first, so re-running after a crash is enough)
-    ``started``: if the run's staging folder holds Spark's ``_SUCCESS`` and passes the
-    verification against the run's own cut-off and count, the run goes on from ``staged``;
-    else its staging folder is deleted and the run is logged ``discarded`` (its rows are still
-    in the database: the new run archives them). ``staged``: the moves are completed (a file
-    is in the staging folder or in place, each name unique) and the run goes on from
-    ``written``. ``written``: the deletes are run again; already deleted ids no longer match.
-
-Guarantees
-    Nothing is deleted that is not in the archive: the ids deleted are read back from the
-    published files, and the fence keeps rows retried since. Each item appears once per run
-    that archived it; a row retried between a run's write and its deletes stays in the
-    database (counted in :attr:`ArchiveResult.kept`) and is archived again, with a later
-    ``finished_at``, when it finishes again: readers wanting one row per item take the latest
-    ``finished_at`` per ``(queue, id)``. Files are as durable as the file system makes them.
+Why it is safe, and what a re-run after a crash does: docs/howto/spark-archive.md, "What it
+guarantees" and "Recovery".
 """
 
 from __future__ import annotations
