@@ -252,7 +252,7 @@ class FrontQueue[M](ABC):
 
     def compact_if_grown(self) -> CompactResult | None:
         """:meth:`compact` if the tables grew enough since this process last compacted them
-        (what a worker does every second); None if it was not due."""
+        (what a worker does every ``CHECK_EVERY`` seconds); None if it was not due."""
         with self._own_transaction(COMPACT_REFUSAL) as (core, ex):
             return core.compact_if_grown(ex)
 

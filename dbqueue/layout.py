@@ -496,7 +496,8 @@ class Layout:
 
     def compact_if_grown(self, ex: Executor) -> compaction.CompactResult | None:
         """:meth:`compact` if the tables grew enough since this process last compacted them
-        (the worker's maintenance calls it every second or so); None if it was not due."""
+        (the worker's maintenance calls it every ``CHECK_EVERY`` seconds); None if it was not
+        due."""
         return compaction.compact_if_grown(self, ex, self._growth)
 
     def compaction_plan(self, ex: Executor, limit: int) -> compaction.Plan:

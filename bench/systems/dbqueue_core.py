@@ -81,7 +81,7 @@ class CoreSystem(System):
         self.queue.push(self.ex, {"payload": payload})
 
     def serve(self, batch: int, seconds: float, handle: Callable[[str], None]) -> Tally:
-        """Pop, handle and ack, and every second compact the tables if they grew, as the
+        """Pop, handle and ack, and every ``CHECK_EVERY`` compact the tables if they grew, as the
         worker's maintenance thread does (dbqueue.compaction)."""
         tally, q, ex = Tally(), self.queue, self.ex
         deadline = time.perf_counter() + seconds
