@@ -49,6 +49,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from dbqueue.compaction import CHECK_EVERY
 from dbqueue.discovery import FoundQueue
 from dbqueue.drivers.psycopg import PsycopgExecutor
+from dbqueue.front import ExecutorFront
+from dbqueue.message import Message
 from dbqueue.ring import RingQueue
 from dbqueue.spark.catalog import DIALECT, run, statements
 from dbqueue.spark.connection import connect
@@ -112,13 +114,14 @@ class QueueStream(DataSourceStreamReader):
         # Executors get the description, never the driver's connection or queue.
         return {**self.__dict__, "_core": None, "_conn": None}
 
-    def _driver(self) -> tuple[SplitQueue | RingQueue, PsycopgExecutor]:
+    def _driver(self) -> ExecutorFront[Message]:
+        """The queue on the driver's connection, as the front layer runs it."""
         if self._conn is None or self._conn.closed:
             self._conn = connect(self.info)
         if self._core is None:
-            layout = RingQueue if self.queue.ring else SplitQueue
-            self._core = layout(self.queue.spec, DIALECT)
-        return self._core, PsycopgExecutor(self._conn)
+            core_class = RingQueue if self.queue.ring else SplitQueue
+            self._core = core_class(self.queue.spec, DIALECT)
+        return ExecutorFront(self._core, PsycopgExecutor(self._conn))
 
     def initialOffset(self) -> dict[str, Any]:
         """Batch 0, no items."""
@@ -136,17 +139,17 @@ class QueueStream(DataSourceStreamReader):
             n = max(1, min(n, limit.max_rows))
         elif not isinstance(limit, ReadAllAvailable):  # pragma: no cover - Spark's own types
             raise TypeError(f"dbqueue: unsupported read limit {limit!r}")
-        core, ex = self._driver()
+        queue = self._driver()
         now = time.monotonic()
         if self._rescued_at is None or now - self._rescued_at >= self.rescue_interval:
-            core.rescue(ex)
+            queue.rescue()
             self._rescued_at = now
         if self._looked_at is None or now - self._looked_at >= CHECK_EVERY:
             # As a worker's maintenance does: a long transaction elsewhere must not make the
             # tables of a queue that only a stream consumes grow without bound.
-            core.compact_if_grown(ex)
+            queue.compact_if_grown()
             self._looked_at = now
-        leased = core.pop_batch(ex, n, lease=self.lease)
+        leased = queue.pop_batch(n, lease=self.lease)
         if leased:
             runs = to_runs([(m.id, m.attempts) for m in leased])
             return {"batch": int(start["batch"]) + 1, "runs": runs}
@@ -187,8 +190,7 @@ class QueueStream(DataSourceStreamReader):
         """Acknowledge the items of the batch that ended at ``end`` (driver)."""
         tokens = to_tokens(end["runs"])
         if tokens:
-            core, ex = self._driver()
-            core.ack(ex, tokens)
+            self._driver().ack(tokens)
 
     def stop(self) -> None:
         """Close the driver's connection (leased, uncommitted items come back by lease)."""
