@@ -21,9 +21,8 @@ import sqlalchemy as sa
 
 from dbqueue import discovery
 from dbqueue.errors import InvalidSpec
-from dbqueue.executor import Executor
-from dbqueue.front import AnyQueue
-from dbqueue.message import State
+from dbqueue.front import AnyQueue, ExecutorFront, FrontQueue
+from dbqueue.message import Message, State
 from dbqueue.ring import SLOT_OF_STATE, RingQueue, SlotState
 from dbqueue.schema import FAILED_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
@@ -55,6 +54,10 @@ class FoundQueue(discovery.FoundQueue):
     failed: sa.Table | None = None
     #: The mapped class, for a declared queue.
     model: type[Any] | None = None
+
+    def on(self, connection: sa.Connection) -> ExecutorFront[Message]:
+        """The queue on ``connection``, as the front layer runs it."""
+        return ExecutorFront(self.core(connection), SAExecutor(connection))
 
     def core(self, connection: sa.Connection) -> AnyQueue:
         """The core queue (the class's own for a declared queue)."""
@@ -213,14 +216,15 @@ def count_items(connection: sa.Connection, sources: Sequence[Ids]) -> list[Span]
 
 def in_batches(
     connection: sa.Connection,
+    core: AnyQueue,
     spans: Sequence[Span],
-    action: Callable[[Executor, list[int]], int],
+    action: Callable[[FrontQueue[Any], list[int]], int],
     progress: Callable[[int], object],
     size: int,
 ) -> int:
-    """Run ``action`` (a core operation by ids: ``retry``, ``delete``) on the ids of
-    ``spans``, ``size`` at a time, each batch in a transaction of its own, so no lock is held
-    for long; call ``progress`` with each batch's result and return their sum."""
+    """Run ``action`` (a queue operation by ids: ``FrontQueue.retry``, ``FrontQueue.delete``)
+    on the ids of ``spans``, ``size`` at a time, each batch in a transaction of its own, so no
+    lock is held for long; call ``progress`` with each batch's result and return their sum."""
     changed = 0
     for span in spans:
         column, last = span.ids.column, None
@@ -242,7 +246,7 @@ def in_batches(
                 # read, to the same end.
                 with ex.atomic():
                     ids = list(connection.execute(query).scalars())
-                    n = action(ex, ids) if ids else 0
+                    n = action(ExecutorFront(core, ex), ids) if ids else 0
             if not ids:
                 break
             last = ids[-1]

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from dbqueue.commandline import positive_int
+from dbqueue.front import FrontQueue
 from dbqueue.message import State
 from dbqueue.progress import Progress
 from dbqueue_sa.cli.common import (
@@ -18,7 +19,6 @@ from dbqueue_sa.cli.common import (
     url_of,
 )
 from dbqueue_sa.discovery import count_items, in_batches
-from dbqueue_sa.executor import SAExecutor
 
 
 def _batch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +58,7 @@ def _run_retry(args: argparse.Namespace) -> int:
             if args.ids:
                 wanted = len(set(args.ids))
                 with connection.begin():
-                    retried = core.retry(SAExecutor(connection), args.ids)
+                    retried = queue.on(connection).retry(args.ids)
             else:
                 spans = count_items(connection, [queue.failed_items()])
                 wanted = sum(s.total for s in spans)
@@ -66,7 +66,9 @@ def _run_retry(args: argparse.Namespace) -> int:
                     print(f"no failed items in {queue.name}: nothing to retry")
                     return EXIT_OK
                 progress = Progress("retried", wanted, sys.stderr, enabled=args.verbosity > 0)
-                retried = in_batches(connection, spans, core.retry, progress.add, args.batch_size)
+                retried = in_batches(
+                    connection, core, spans, FrontQueue.retry, progress.add, args.batch_size
+                )
                 progress.finish()
     finally:
         engine.dispose()
@@ -119,7 +121,9 @@ def _run_purge(args: argparse.Namespace) -> int:
                 return EXIT_ERROR
             core = queue.core(connection)
             progress = Progress("purged", total, sys.stderr, enabled=args.verbosity > 0)
-            purged = in_batches(connection, spans, core.delete, progress.add, args.batch_size)
+            purged = in_batches(
+                connection, core, spans, FrontQueue.delete, progress.add, args.batch_size
+            )
             progress.finish()
     finally:
         engine.dispose()
