@@ -1,14 +1,14 @@
-"""What every table layout (split, ring) shares: running its named statements, lease tokens,
-argument checks, wake-ups, and the operations whose logic is the same for both (ack, fail,
-extend). A layout subclass supplies the statements (``sql/<dialect>/<layout>.sql``, each named
-``<layout>_<operation>``) and the operations that differ: push, pop, rescue, stats.
+"""What every table layout (split, ring) shares: the operations whose logic is the same for
+both (pop's reading, ack, fail, extend, release, stats, compaction), over its named statements
+(:class:`~dbqueue.statements.Statements`). A layout subclass supplies the statements
+(``sql/<dialect>/<layout>.sql``, each named ``<layout>_<operation>``) and the operations that
+differ: push, pop, rescue.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -18,20 +18,17 @@ from dbqueue.codec import Codec
 from dbqueue.dialects.base import Dialect
 from dbqueue.error_text import storable_error
 from dbqueue.errors import (
-    DBQueueError,
     InvalidArgument,
     NotLeased,
-    QueueTableMissing,
     SnapshotTooOld,
     TransactionStateError,
     shown,
 )
 from dbqueue.executor import Executor, Row, UnloadedRow
 from dbqueue.message import DeliveryMode, Message, QueueStats, State
-from dbqueue.outage import is_outage, unavailable
 from dbqueue.rows import NumberRow, StateRow, StatsRow, ValueRow
 from dbqueue.spec import QueueSpec
-from dbqueue.sql import Statement, render
+from dbqueue.statements import Statements
 
 RESCUE_ERROR = "lease expired: the worker holding it died, or overran its lease"
 #: The start of the error a message gets when a pop cannot read it.
@@ -40,35 +37,13 @@ UNREADABLE_ERROR = "unreadable: dbqueue could not decode this message"
 log = logging.getLogger("dbqueue")
 
 
-#: What marks a statement that takes the ``commit`` parameter (see ``_relaxed`` in
-#: sql/postgresql/common.sql and :attr:`~dbqueue.spec.QueueOptions.durable_acks`).
-RELAXED = "set_config('synchronous_commit'"
-
-
-class Layout:
+class Layout(Statements):
     """The shared half of a queue layout. Thread-safe: it holds no connection."""
 
-    layout = ""
-
     def __init__(self, spec: QueueSpec, dialect: Dialect) -> None:
-        self.spec = spec
-        self.dialect = dialect
+        super().__init__(spec, dialect)
         self.codec = Codec(spec, dialect)
-        self.statements = render(spec, dialect, self.layout)
-        #: The statements that may commit without waiting for their WAL flush (they hold the
-        #: ``_relaxed`` fragment: PostgreSQL's at-least-once pops and acks).
-        self._relaxable = frozenset(
-            name for name, st in self.statements.items() if any(RELAXED in p for p in st.parts)
-        )
-        self._relax = None if spec.options.durable_acks else "off"
         self._param_names = [f"p{i}" for i in range(len(spec.fields))]
-        interval = spec.options.notify_interval
-        self._notify_every = (
-            interval.total_seconds()
-            if interval is not None and dialect.supports_listen_notify
-            else None
-        )
-        self._last_notify = -float("inf")
         self._growth = compaction.Growth()
 
     # -- popped messages as the fronts' model instances --------------------------------------
@@ -95,97 +70,6 @@ class Layout:
         slots = None if row.slots is None else int(row.slots)
         in_slots = None if slots is None else int(row.in_slots or 0)
         return QueueStats(ready, scheduled, leased, expired, done, failed, age, slots, in_slots)
-
-    # -- running statements -------------------------------------------------------------------
-
-    def _params(self) -> dict[str, Any]:
-        """Parameters every statement of the layout may use (none for the split layout)."""
-        return {}
-
-    def _statement(self, operation: str) -> Statement:
-        """The layout's statement for ``operation``: ``<layout>_<operation>``."""
-        return self.statements[f"{self.layout}_{operation}"]
-
-    def _run(self, ex: Executor, operation: str, params: dict[str, Any]) -> list[Row]:
-        """Run the layout's statement for ``operation`` (see :meth:`_statement`)."""
-        stmt = self._statement(operation)
-        params = {**self._params(), **params}
-        # A write is known not stored if the statement was never sent, or ran in a transaction
-        # (read before: once a connection breaks, the driver cannot tell any more).
-        not_stored = True
-        try:
-            not_stored = ex.in_transaction()
-            if stmt.name in self._relaxable:
-                # Only a statement that is its own transaction: the caller's stays as it is.
-                params["commit"] = None if not_stored else self._relax
-            if len(stmt.parts) == 1:
-                return ex.execute(stmt.parts[0], params)
-            with ex.atomic():
-                return self._run_block(ex, stmt, params)
-        except QueueTableMissing as exc:
-            raise self._missing(exc) from exc
-        except DBQueueError:
-            raise
-        except Exception as exc:
-            if is_outage(exc):
-                raise unavailable(exc, self.spec.table, operation, not_stored) from exc
-            raise
-
-    def _rows[R: tuple[Any, ...]](
-        self, ex: Executor, operation: str, params: dict[str, Any], row: type[R]
-    ) -> list[R]:
-        """Run ``operation`` and read its rows by name as ``row``, a NamedTuple of its first
-        columns."""
-        width = len(row._fields)  # type: ignore[attr-defined]
-        make = row._make  # type: ignore[attr-defined]
-        return [make(r[:width]) for r in self._run(ex, operation, params)]
-
-    def _missing(self, exc: QueueTableMissing) -> QueueTableMissing:
-        """What to tell of a relation the database says does not exist (``exc``)."""
-        return QueueTableMissing(
-            f"queue {self.spec.table!r}: its tables do not exist in this database ({exc}); "
-            f"apply the migrations (Django: manage.py migrate; SQLAlchemy: "
-            f"metadata.create_all() or alembic upgrade) or create them with "
-            f"dbqueue.schema.create_statements()"
-        )
-
-    def _run_block(self, ex: Executor, stmt: Statement, params: dict[str, Any]) -> list[Row]:
-        # After the statement that returns rows, :ids names those rows (see sqlite/split.sql).
-        result: list[Row] = []
-        for part in stmt.parts:
-            rows = ex.execute(part, params)
-            if rows:
-                result = rows
-                ids = [NumberRow._make(r[:1]).number for r in rows]
-                params = {**params, "ids": self.dialect.array(ids)}
-            elif "RETURNING" in part:
-                params = {**params, "ids": self.dialect.array([])}
-        return result
-
-    def _clock(self, **extra: Any) -> dict[str, Any]:
-        """Times for dialects without a usable server clock (SQLite), else nothing."""
-        if not self.dialect.client_clock:
-            return {}
-        now = dt.datetime.now(dt.UTC)
-        tp = self.dialect.time_param
-        return {"now": tp(now), **{k: tp(now + v) for k, v in extra.items()}}
-
-    def _wake(self, ex: Executor) -> None:
-        """NOTIFY the queue's channel unless this process did so within notify_interval.
-
-        Races between threads only cost a spare notification. A notification sent in a
-        transaction that rolls back is lost with it, and pushes in the following interval send
-        none: workers still poll for a while after their last message (see dbqueue.wakeup), and
-        an idle worker's safety poll bounds the rest.
-        """
-        every = self._notify_every
-        if every is None:
-            return
-        now = time.monotonic()
-        if now - self._last_notify < every:
-            return
-        self._last_notify = now
-        self._run(ex, "notify", {"channel": self.spec.channel})
 
     # -- arguments ----------------------------------------------------------------------------
 

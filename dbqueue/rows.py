@@ -1,6 +1,7 @@
 """The rows the statements every layout runs return, read by name (never by position): each
-a NamedTuple of a statement's first columns (:meth:`dbqueue.layout.Layout._rows`). The ring's
-own rows are in :mod:`dbqueue.ring.states`, the split queue's in :mod:`dbqueue.split`."""
+a NamedTuple of a statement's first columns (:meth:`dbqueue.statements.Statements._rows`).
+The ring's own rows are in :mod:`dbqueue.ring.states`, the split queue's in
+:mod:`dbqueue.split`."""
 
 from __future__ import annotations
 
