@@ -22,16 +22,13 @@ So, on both kinds of queue:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import models, router
 
 from dbqueue.errors import InvalidArgument
 from dbqueue.ring import SlotState
 from dbqueue_django.spec import payload_fields
-
-if TYPE_CHECKING:
-    from dbqueue_django.models import BaseQueueModel
 
 
 def payload_of(obj: models.Model) -> dict[str, Any]:
@@ -47,9 +44,9 @@ def refuse_own_id(model: type[models.Model], pk: Any) -> None:
         )
 
 
-def push_instance(obj: BaseQueueModel, using: str | None) -> None:
-    """Push a new instance (its ``save()``)."""
-    model = type(obj)
+def push_instance(obj: models.Model, using: str | None) -> None:
+    """Push a new instance of a queue model (its ``save()``)."""
+    model: Any = type(obj)
     refuse_own_id(model, obj.pk)
     alias = using or router.db_for_write(model, instance=obj)
     mark_pushed(obj, model.queue.using(alias).push(**payload_of(obj)), alias)
