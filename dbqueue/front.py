@@ -107,7 +107,7 @@ class FrontQueue[M](ABC):
 
     # -- instances ----------------------------------------------------------------------------
 
-    def instances(self, core: AnyQueue, messages: Iterable[Message]) -> list[M]:
+    def instances(self, core: AnyQueue, messages: list[Message]) -> list[M]:
         """Popped messages of ``core`` as model instances."""
         return [self._instance(core.model_row(m), core.model_extras(m)) for m in messages]
 
@@ -297,9 +297,9 @@ class ExecutorFront[M](FrontQueue[M]):
         assert self._make is not None  # instances() returns the messages themselves
         return self._make(row, extras)
 
-    def instances(self, core: AnyQueue, messages: Iterable[Message]) -> list[M]:
+    def instances(self, core: AnyQueue, messages: list[Message]) -> list[M]:
         if self._make is None:
-            return list(messages)  # type: ignore[arg-type]  # M is Message without make
+            return messages  # type: ignore[return-value]  # M is Message without make: as is
         return super().instances(core, messages)
 
 
