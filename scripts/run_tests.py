@@ -17,10 +17,10 @@ count to the file named by ``DBQUEUE_SOLO_COUNT_FILE``), so no pass prints "no t
 The extra pytest arguments go to every pass.
 
 After the last pass, one line per pass and the summed totals; the very last line of the log
-is ``N passed, N failed`` (errors count as failed), which CI reads. The exit code is 1 when a
-test failed or errored, when a pass crashed (pytest's own exit codes 2-4 stop the run at once),
-or when no test passed at all: a green run must mean that tests ran and passed, not that they
-were all skipped because a database was missing.
+is ``N passed, N failed, N skipped in T s`` (errors count as failed), which CI reads. The exit
+code is 1 when a test failed or errored, when a pass crashed (pytest's own exit codes 2-4 stop
+the run at once), or when no test passed at all: a green run must mean that tests ran and
+passed, not that they were all skipped because a database was missing.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,21 +49,29 @@ SUITES: dict[str, list[str]] = {
     # runqueueworker (the ring's concurrency and bloat tests drive the core alone); not the
     # SQLAlchemy fronts, which do not touch Django, nor the conformance suite's core fronts;
     # not Spark (a JVM each, ~2 minutes; the Django commands that start Spark use only the
-    # management API both versions share).
+    # management API both versions share); not Django's own Tasks tests (django_tasks):
+    # Django 5.2 has no Tasks framework.
     "django52": [
         "tests/django",
         "tests/conformance",
+        "tests/docs",
         "tests/example",
         "tests/reliability/test_crashes.py",
         "-m",
-        "not sqlalchemy and not spark",
+        "not sqlalchemy and not spark and not django_tasks",
         "-k",
         "not core-pg and not core-sqlite",
     ],
     # SQLAlchemy 2.0, the lowest the package accepts: the SQLAlchemy tests (Alembic and the
     # CLI included) and the conformance suite's SQLAlchemy fronts, sync and asyncio; not
     # Spark (a JVM each; the archive command's SQLAlchemy part is the CLI's, tested here).
-    "sqlalchemy20": ["tests/sqlalchemy", "tests/conformance", "-m", "sqlalchemy and not spark"],
+    "sqlalchemy20": [
+        "tests/sqlalchemy",
+        "tests/conformance",
+        "tests/docs",
+        "-m",
+        "sqlalchemy and not spark",
+    ],
 }
 
 
@@ -164,8 +173,17 @@ def _run_pass(label: str, cmd: list[str], env: dict[str, str], passes: list[Pass
     return rc in (0, TESTS_FAILED, NO_TESTS_COLLECTED)
 
 
-def report(passes: list[Pass]) -> int:
-    """Print each pass's result and the total; the exit code of the whole run."""
+def last_line(total: Totals, seconds: float) -> str:
+    """The log's last line: ``N passed, N failed, N skipped in T s``, all passes summed."""
+    return (
+        f"{total.get('passed')} passed, {total.failed} failed, {total.get('skipped')} skipped "
+        f"in {seconds:.0f} s"
+    )
+
+
+def report(passes: list[Pass], seconds: float) -> int:
+    """Print each pass's result and the total of a run that took ``seconds``; the exit code of
+    the whole run."""
     total = Totals()
     for p in passes:
         if p.totals is not None:
@@ -185,7 +203,7 @@ def report(passes: list[Pass]) -> int:
         rc = 1
     print(f"run_tests: total over {len(passes)} pass(es): {total.describe()}", flush=True)
     # The last line, which CI reads: failed counts errors too.
-    print(f"{total.get('passed')} passed, {total.failed} failed", flush=True)
+    print(last_line(total, seconds), flush=True)
     return rc
 
 
@@ -209,10 +227,11 @@ def main(argv: list[str]) -> int:
             parser.error(f"unknown suite {name!r}; known: {', '.join(SUITES)}")
         suites.append((name, python, [*SUITES[name], *args]))
     passes: list[Pass] = []
+    started = time.monotonic()
     for name, python, suite_args in suites:
         if not run_suite(name, python, suite_args, passes):
             break
-    return report(passes)
+    return report(passes, time.monotonic() - started)
 
 
 if __name__ == "__main__":
