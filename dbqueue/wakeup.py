@@ -7,6 +7,8 @@ a push's notification was coalesced away — see ``QueueOptions.notify_interval`
 from __future__ import annotations
 
 import logging
+import selectors
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -67,6 +69,9 @@ class Listener:
 
     ``connect`` returns a new psycopg connection (autocommit is set here), or None if the
     database cannot notify after all (then the listener ends and workers poll).
+
+    It sleeps on its connection's socket and on a wake-up socket of its own, with no timeout:
+    :meth:`stop` writes to the latter, so an idle worker exits at once on SIGTERM.
     """
 
     def __init__(
@@ -83,6 +88,8 @@ class Listener:
         self._retry_max = retry_max
         self._stop = threading.Event()
         self._connected = threading.Event()
+        #: The wake-up socket's two ends (read, write), from start() until stop().
+        self._wake: tuple[socket.socket, socket.socket] | None = None
         self._thread = threading.Thread(target=self._run, name="dbqueue-listener", daemon=True)
 
     @property
@@ -91,11 +98,22 @@ class Listener:
         return self._connected.is_set()
 
     def start(self) -> None:
+        self._wake = socket.socketpair()
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
+        """End the thread (at once: the wake-up socket interrupts its wait) and close its
+        connection; wait up to ``timeout`` seconds for that."""
         self._stop.set()
+        wake = self._wake
+        if wake is None:  # never started
+            return
+        quietly(lambda: wake[1].send(b"\0"))
         self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self._wake = None
+            for end in wake:
+                end.close()
 
     def _run(self) -> None:
         delay = 0.1
@@ -111,7 +129,7 @@ class Listener:
                 delay = min(delay * 2, self._retry_max)
 
     def _listen(self) -> None:
-        from psycopg import OperationalError, sql  # PostgreSQL only: psycopg is an extra
+        from psycopg import sql  # PostgreSQL only: psycopg is an extra
 
         conn = self._connect()
         if conn is None:
@@ -124,16 +142,28 @@ class Listener:
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             self._connected.set()
             self.doorbell.ring()
-            while not self._stop.is_set():
-                # notifies() returns after the timeout, so the stop flag is seen within a second;
-                # a dead connection raises here and the loop reconnects.
-                for _ in conn.notifies(timeout=1.0, stop_after=1):
-                    self.doorbell.ring()
-                if conn.broken or conn.closed:
-                    raise OperationalError("the listening connection was lost")
+            self._wait_for_notifications(conn)
         finally:
             self._connected.clear()
             quietly(conn.close)
+
+    def _wait_for_notifications(self, conn: Any) -> None:
+        from psycopg import OperationalError
+
+        assert self._wake is not None  # start() made it
+        socket_fd = conn.fileno()
+        with selectors.DefaultSelector() as selector:
+            selector.register(socket_fd, selectors.EVENT_READ)
+            selector.register(self._wake[0], selectors.EVENT_READ)
+            while not self._stop.is_set():
+                # Readable: a notification, the server closing the connection, or stop().
+                ready = {key.fd for key, _ in selector.select()}
+                # Read all that arrived, without waiting (and to the end: the generator holds the
+                # connection's lock); a dead connection raises here, and the loop reconnects.
+                if socket_fd in ready and list(conn.notifies(timeout=0)):
+                    self.doorbell.ring()
+                if conn.broken or conn.closed:
+                    raise OperationalError("the listening connection was lost")
 
 
 def quietly(action: Callable[[], object]) -> None:

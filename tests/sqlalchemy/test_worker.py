@@ -142,7 +142,8 @@ def test_the_worker_shares_the_core_queue_of_the_class(engine: sa.Engine, url: s
 
 
 def test_wake_ups_where_the_database_notifies(backend: str, engine: sa.Engine, url: str) -> None:
-    worker = build_worker([handlers()[Job], handlers()[Tick]], url=url, burst=True)
+    # Not a burst, which never waits for a push and so opens no listener.
+    worker = build_worker([handlers()[Job], handlers()[Tick]], url=url)
     channels = [c.queue.channel for c in worker.consumers]
     if backend == "postgresql":
         assert channels == ["dbqueue_sa_job", "dbqueue_sa_tick"]
