@@ -29,9 +29,16 @@ from dbqueue.errors import (
     WorkerGaveUp,
 )
 from dbqueue.executor import Executor
-from dbqueue.message import DeliveryMode, Message, QueueStats, RescueResult, State
+from dbqueue.message import (
+    DeliveryMode,
+    Message,
+    QueueStats,
+    RescueResult,
+    State,
+    StateSelector,
+)
 from dbqueue.ring import RingQueue
-from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
+from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec, WhenFull
 from dbqueue.split import SplitQueue
 
 __version__ = "0.1.0.dev0"
@@ -64,8 +71,10 @@ __all__ = [
     "SnapshotTooOld",
     "SplitQueue",
     "State",
+    "StateSelector",
     "TransactionStateError",
     "UnsupportedDatabase",
+    "WhenFull",
     "WorkerGaveUp",
     "get_dialect",
 ]

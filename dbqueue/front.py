@@ -28,7 +28,7 @@ from dbqueue.codec import payload_rows
 from dbqueue.compaction import LOCK_TIMEOUT, CompactResult
 from dbqueue.dialects.base import Dialect
 from dbqueue.executor import Executor
-from dbqueue.message import DeliveryMode, Message, RescueResult, State
+from dbqueue.message import DeliveryMode, Message, RescueResult, SelectorLike, State
 from dbqueue.ring import RingQueue
 from dbqueue.spec import QueueSpec
 from dbqueue.split import SplitQueue
@@ -262,10 +262,35 @@ class FrontQueue[M](ABC):
         core, ex = self._bind()
         return core.stats(ex).report()
 
-    def purge(self, state: State | str | int | None = None) -> int:
-        """Delete every item in ``state`` ("ready", "leased", "done", "failed"; None: all)."""
+    def pushed(self) -> int:
+        """How many items were ever pushed, read from the database (every process's pushes
+        count): see :meth:`dbqueue.split.SplitQueue.pushed` and
+        :meth:`dbqueue.ring.RingQueue.pushed`."""
         core, ex = self._bind()
-        return core.purge(ex, state)
+        return core.pushed(ex)
+
+    def purge(
+        self,
+        state: SelectorLike | None = None,
+        *,
+        older_than: dt.timedelta | None = None,
+    ) -> int:
+        """Delete every item in ``state`` ("ready": due now, "scheduled": due later,
+        "leased", "done", "failed"; None: all), only those older than ``older_than`` if given
+        (pushed that long ago; done and failed ones: finished that long ago). See
+        :class:`~dbqueue.message.StateSelector`."""
+        core, ex = self._bind()
+        return core.purge(ex, state, older_than=older_than)
+
+    def count(
+        self,
+        state: SelectorLike | None = None,
+        *,
+        older_than: dt.timedelta | None = None,
+    ) -> int:
+        """How many items :meth:`purge` would delete now with the same arguments."""
+        core, ex = self._bind()
+        return core.count(ex, state, older_than=older_than)
 
     def delete(self, ids: Iterable[Any] | int) -> int:
         """Delete items (ids or instances) from both tables, whatever their state."""

@@ -25,7 +25,14 @@ from dbqueue.errors import (
     shown,
 )
 from dbqueue.executor import Executor, Row, UnloadedRow
-from dbqueue.message import DeliveryMode, Message, QueueStats, State
+from dbqueue.message import (
+    DeliveryMode,
+    Message,
+    QueueStats,
+    SelectorLike,
+    State,
+    StateSelector,
+)
 from dbqueue.rows import NumberRow, StateRow, StatsRow, ValueRow
 from dbqueue.spec import QueueSpec
 from dbqueue.statements import Statements
@@ -69,7 +76,62 @@ class Layout(Statements):
         ready, scheduled, leased, expired, done, failed = (int(v or 0) for v in row[:6])
         slots = None if row.slots is None else int(row.slots)
         in_slots = None if slots is None else int(row.in_slots or 0)
-        return QueueStats(ready, scheduled, leased, expired, done, failed, age, slots, in_slots)
+        spilled = None if slots is None else int(row.spilled or 0)
+        return QueueStats(
+            ready, scheduled, leased, expired, done, failed, age, slots, in_slots, spilled
+        )
+
+    # -- purge and count ------------------------------------------------------------------------
+
+    def _selection(
+        self, state: SelectorLike | None, older_than: dt.timedelta | None
+    ) -> dict[str, Any]:
+        """The parameters of the statements that take the items of ``state`` (None: every
+        item) older than ``older_than`` (None: any age): the ``_purged`` fragments."""
+        selector = None if state is None else StateSelector.parse(state)
+        if older_than is not None:
+            check_duration("older_than", older_than, zero=True)
+        params: dict[str, Any] = {
+            "state": None if selector is None else int(selector.state),
+            "due": None if selector is None else selector.due,
+            **self._slot_selection(selector),
+        }
+        if not self.dialect.client_clock:
+            return {**params, "older_than": older_than}
+        if older_than is None:
+            return {**params, **self._clock(), "before": None}
+        return {**params, **self._clock(before=-older_than)}
+
+    def _slot_selection(self, selector: StateSelector | None) -> dict[str, Any]:
+        """What a layout's own tables add to :meth:`_selection` (a ring's slots)."""
+        return {}
+
+    def purge(
+        self,
+        ex: Executor,
+        state: SelectorLike | None = None,
+        *,
+        older_than: dt.timedelta | None = None,
+    ) -> int:
+        """Delete the items of ``state`` (a :class:`~dbqueue.message.StateSelector` or its
+        name: "ready" the items due now, "scheduled" those due later; None: every item), only
+        those older than ``older_than`` if given (see StateSelector); return how many."""
+        return self._purge(ex, self._selection(state, older_than))
+
+    def _purge(self, ex: Executor, params: dict[str, Any]) -> int:
+        """Run the layout's purge (the ``_selection`` parameters); how many were deleted."""
+        return len(self._run(ex, "purge", params))
+
+    def count(
+        self,
+        ex: Executor,
+        state: SelectorLike | None = None,
+        *,
+        older_than: dt.timedelta | None = None,
+    ) -> int:
+        """How many items :meth:`purge` would delete now with the same arguments."""
+        params = self._selection(state, older_than)
+        return int(self._rows(ex, "count", params, ValueRow)[0].value)
 
     # -- arguments ----------------------------------------------------------------------------
 

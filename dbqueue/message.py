@@ -34,6 +34,53 @@ class State(IntEnum):
         raise InvalidArgument(f"unknown state {shown(value)}; use one of {names}")
 
 
+class StateSelector(StrEnum):
+    """Which items ``purge()`` and ``count()`` take: those of one state as
+    :class:`QueueStats` counts them. ``scheduled`` is not a stored state: it is the ready
+    items due later (a delay, a retry's back-off), and ``ready`` the ones due now. A ring has
+    no done items.
+
+    With ``older_than``, an item's age counts from when it was pushed (ready, scheduled,
+    leased), or from when it finished (done) or failed (failed).
+    """
+
+    READY = "ready"
+    SCHEDULED = "scheduled"
+    LEASED = "leased"
+    DONE = "done"
+    FAILED = "failed"
+
+    @classmethod
+    def parse(cls, value: StateSelector | State | str | int) -> StateSelector:
+        """Accept a selector, its name in any case ("scheduled"), or a :class:`State` (or
+        its number): ``State.READY`` selects the ready items due now, as "ready" does."""
+        if isinstance(value, str):
+            try:
+                return cls(value.lower())
+            except ValueError:
+                pass
+        # Only ints: see State.parse.
+        elif isinstance(value, int) and not isinstance(value, bool) and value in set(State):
+            return cls(State(value).name.lower())
+        names = ", ".join(cls)
+        raise InvalidArgument(f"unknown state {shown(value)}; use one of {names}")
+
+    @property
+    def state(self) -> State:
+        """The stored state of the items (scheduled items are ready)."""
+        return State.READY if self is StateSelector.SCHEDULED else State[self.name]
+
+    @property
+    def due(self) -> bool | None:
+        """For the ready items: True for those due now, False for those due later; None for
+        the other states."""
+        return {StateSelector.READY: True, StateSelector.SCHEDULED: False}.get(self)
+
+
+#: What ``purge()`` and ``count()`` take for a state: a selector, its name, a State or its number.
+SelectorLike = StateSelector | State | str | int
+
+
 class DeliveryMode(StrEnum):
     """How ``pop_batch`` hands items over (see the design notes)."""
 
@@ -87,6 +134,9 @@ class QueueStats:
     #: Ring queues: the slots holding a message (the others are waiting or leased in the side
     #: table, out of the ring).
     in_slots: int | None = None
+    #: Ring queues: the messages that found the ring full and wait in its overflow
+    #: (``when_full="spill"``); counted in ``ready`` too.
+    spilled: int | None = None
 
     @property
     def occupancy(self) -> float | None:
@@ -109,6 +159,7 @@ class QueueStats:
         if self.capacity is not None:
             counts["capacity"] = self.capacity
             counts["in_slots"] = self.in_slots or 0
+            counts["spilled"] = self.spilled or 0
         return counts
 
     def report(self) -> dict[str, Any]:

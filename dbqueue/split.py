@@ -256,7 +256,10 @@ class SplitQueue(Layout):
         """Counts per state and the age of the oldest due item."""
         return self._stats(ex)
 
-    def purge(self, ex: Executor, state: State | str | int | None = None) -> int:
-        """Delete every item in ``state`` (every item if None); return how many."""
-        value = None if state is None else int(State.parse(state))
-        return len(self._run(ex, "purge", {"state": value}))
+    def pushed(self, ex: Executor) -> int:
+        """How many items were ever pushed (rolled-back pushes included): the last id the
+        data table handed out, read from its identity sequence (PostgreSQL) or
+        ``sqlite_sequence`` (SQLite), so pushes by any process count. What a metrics scrape
+        reports as ``dbqueue_pushed_total``."""
+        (row,) = self._rows(ex, "pushed", {"table": self.spec.table}, ValueRow)
+        return int(row.value or 0)

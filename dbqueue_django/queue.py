@@ -86,6 +86,32 @@ class DjangoQueue[M: models.Model](FrontQueue[M]):
             setattr(obj, name, value)
         return obj
 
+    # -- async twins (the querysets of items() and failed() have Django's own: acount, ...) --
+    # The operations of the SQLAlchemy front's a-methods, so async code reads the same on
+    # both: what a request pushes or reads, and what an async consumer or operator does.
+    # Not compact_if_grown, a worker's chore.
+
+    apush = async_twin(FrontQueue.push)
+    apush_many = async_twin(FrontQueue.push_many)
+    apop_batch = async_twin(FrontQueue.pop_batch)
+    aack = async_twin(FrontQueue.ack)
+    aack_pop = async_twin(FrontQueue.ack_pop)
+    afail = async_twin(FrontQueue.fail)
+    aextend = async_twin(FrontQueue.extend)
+    arelease = async_twin(FrontQueue.release)
+    aack_by_id = async_twin(FrontQueue.ack_by_id)
+    afail_by_id = async_twin(FrontQueue.fail_by_id)
+    aretry = async_twin(FrontQueue.retry)
+    aset_priority = async_twin(FrontQueue.set_priority)
+    arescue = async_twin(FrontQueue.rescue)
+    anext_due = async_twin(FrontQueue.next_due)
+    acompact = async_twin(FrontQueue.compact)
+    astats = async_twin(FrontQueue.stats)
+    apushed = async_twin(FrontQueue.pushed)
+    apurge = async_twin(FrontQueue.purge)
+    acount = async_twin(FrontQueue.count)
+    adelete = async_twin(FrontQueue.delete)
+
     # -- querysets ----------------------------------------------------------------------------
 
     def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:

@@ -22,8 +22,9 @@ import sqlalchemy as sa
 from dbqueue import discovery
 from dbqueue.errors import InvalidSpec
 from dbqueue.front import AnyQueue, ExecutorFront, FrontQueue
-from dbqueue.message import Message, State
-from dbqueue.ring import SLOT_OF_STATE, RingQueue, SlotState
+from dbqueue.message import Message, State, StateSelector
+from dbqueue.ring import RingQueue, SlotState
+from dbqueue.ring.states import SLOT_OF_SELECTOR
 from dbqueue.schema import FAILED_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
 from dbqueue.split import SplitQueue
@@ -67,27 +68,36 @@ class FoundQueue(discovery.FoundQueue):
         layout = RingQueue if self.ring else SplitQueue
         return layout(self.spec, core_dialect_of(connection.dialect))
 
-    def in_state(self, state: State | None) -> list[Ids]:
-        """Where the ids of the items in ``state`` (None: every item) are, as the core's
-        ``purge`` counts them: a ring's ready and leased items are in its ready and leased
-        slots (numbered by ``seq``) and in its side table with that state, its failed items in
-        the side table; it has no done ones."""
+    def in_state(self, selected: StateSelector | State | str | None, now: Any = None) -> list[Ids]:
+        """Where the ids of the items ``selected`` (None: every item) are, as the core's
+        ``purge`` takes them (:class:`~dbqueue.message.StateSelector`): ready items are due
+        at ``now`` (a value bound as the core binds its times), scheduled ones later. A ring's
+        ready and leased items are in its ready and leased slots (numbered by ``seq``) and in
+        its side table with that state, its scheduled and failed items in the side table; it
+        has no done ones."""
+        state = None if selected is None else StateSelector.parse(selected)
+        if state is not None and state.due is not None and now is None:
+            raise ValueError(f"{state} items are told apart by their due time: pass now")
+        table = self.items if self.failed is None else self.failed
+        where: sa.ColumnElement[bool] = sa.true()
+        if state is not None:
+            where = table.c.state == int(state.state)
+            if state.due is not None:
+                due = table.c.run_at <= sa.literal(now)
+                where = sa.and_(where, due if state.due else sa.not_(due))
         if self.failed is None:
-            column = self.items.c.id
-            where = sa.true() if state is None else self.items.c.state == int(state)
-            return [Ids(column, where)]
+            return [Ids(self.items.c.id, where)]
         seq, slot_state = self.items.c.seq, self.items.c.state
-        side, side_state = self.failed.c.id, self.failed.c.state
+        aside = Ids(self.failed.c.id, where)
         if state is None:
-            return [Ids(seq, slot_state != SlotState.EMPTY), Ids(side, sa.true())]
-        aside = Ids(side, side_state == int(state))
-        if state in SLOT_OF_STATE:
-            return [Ids(seq, slot_state == SLOT_OF_STATE[state]), aside]
-        return [aside] if state is State.FAILED else []
+            return [Ids(seq, slot_state != SlotState.EMPTY), aside]
+        if state in SLOT_OF_SELECTOR:
+            return [Ids(seq, slot_state == SLOT_OF_SELECTOR[state]), aside]
+        return [] if state is StateSelector.DONE else [aside]
 
     def failed_items(self) -> Ids:
         """Where the ids of the failed items are (what ``retry`` takes)."""
-        (ids,) = self.in_state(State.FAILED)
+        (ids,) = self.in_state(StateSelector.FAILED)
         return ids
 
 

@@ -10,10 +10,10 @@ from dbqueue import compaction
 from dbqueue.arguments import TokenLike
 from dbqueue.errors import InvalidArgument, QueueTableMissing, RingNotEmpty
 from dbqueue.executor import Executor
-from dbqueue.message import Message, QueueStats, State
+from dbqueue.message import Message, QueueStats, StateSelector
 from dbqueue.ring.pop import RingPop
 from dbqueue.ring.push import RingPush
-from dbqueue.ring.states import CountersRow, SegmentRow, SlotState
+from dbqueue.ring.states import SLOT_OF_SELECTOR, CountersRow, SegmentRow, SlotState
 from dbqueue.ring.sweeper import RingSweeper
 from dbqueue.rows import NumberRow, StatsRow, ValueRow
 from dbqueue.schema import ring_refill_statements
@@ -53,6 +53,15 @@ class RingQueue(RingPush, RingPop, RingSweeper):
         message, and the ring's capacity (its slot count in the database) and slots in use."""
         return self._stats(ex)
 
+    def pushed(self, ex: Executor) -> int:
+        """How many numbers the push counter handed out: what a metrics scrape reports as
+        ``dbqueue_pushed_total``. It follows the traffic into the ring rather than counting
+        pushes exactly: a message put back at the tail (a retry whose back-off ended) takes
+        a number again, and a spilled message takes one as it spills on PostgreSQL (a
+        rolled-back push too), as it moves into the ring on SQLite."""
+        (row,) = self._rows(ex, "counters", {}, CountersRow)
+        return int(row.push_next)
+
     def next_number(self, ex: Executor) -> int:
         """The first number above every number the counters handed out: where a capacity
         change numbers the new slots on from (the pop counter may run a little ahead of the
@@ -79,15 +88,19 @@ class RingQueue(RingPush, RingPop, RingSweeper):
 
     def check_empty(self, ex: Executor, *, worker: str, then: str) -> None:
         """Raise :class:`~dbqueue.errors.RingNotEmpty` unless the ring holds no message
-        (ready, leased or waiting to be retried; failed ones do not count), saying how to drain
-        it in the front's own terms: ``worker``, the command that empties it, and ``then``,
-        what to run again."""
+        (ready, spilled, leased or waiting to be retried; failed ones do not count), saying how
+        to drain it in the front's own terms: ``worker``, the command that empties it, and
+        ``then``, what to run again."""
         stats = self.stats(ex)
         held = stats.ready + stats.leased + stats.scheduled
         if held:
+            # Spilled messages count as ready: the drain pushes them into the ring first.
+            spilled = (
+                f" ({stats.spilled} of them spilled, in its overflow)" if stats.spilled else ""
+            )
             raise RingNotEmpty(
-                f"ring queue {self.spec.table!r} holds {held} message(s) ({stats.ready} ready, "
-                f"{stats.leased} leased, {stats.scheduled} waiting to be retried): its "
+                f"ring queue {self.spec.table!r} holds {held} message(s) ({stats.ready} ready"
+                f"{spilled}, {stats.leased} leased, {stats.scheduled} waiting to be retried): its "
                 f"{stats.capacity} slots can only be replaced (a capacity change) while it is "
                 f"empty. Nothing was changed. Drain it first: stop its producers, let the "
                 f"workers empty it ({worker} --burst, run from the code that still declares "
@@ -101,15 +114,20 @@ class RingQueue(RingPush, RingPop, RingSweeper):
         if slots != self.capacity:
             raise self._mismatch(f"it has {slots} slots")
 
-    def purge(self, ex: Executor, state: State | str | int | None = None) -> int:
-        """Remove every message in ``state`` (every message if None); return how many.
-        ``ready`` and ``leased`` empty those slots and remove those of the side table,
-        ``failed`` empties the failed messages."""
-        value = None if state is None else int(State.parse(state))
+    def _purge(self, ex: Executor, params: dict[str, Any]) -> int:
+        """``ready`` and ``leased`` empty those slots and remove those of the side table,
+        ``scheduled`` and ``failed`` remove messages of the side table; a ring has no done
+        messages."""
         with ex.atomic():
-            slots = self._rows(ex, "purge", {"state": value}, NumberRow)
-            aside = self._rows(ex, "purge_side", {"state": value}, NumberRow)
+            slots = self._rows(ex, "purge", params, NumberRow)
+            aside = self._rows(ex, "purge_side", params, NumberRow)
         return len(slots) + len(aside)
+
+    def _slot_selection(self, selector: StateSelector | None) -> dict[str, Any]:
+        # Slots hold ready (always due) and leased messages; the other states are aside.
+        slot = SLOT_OF_SELECTOR.get(selector) if selector is not None else None
+        in_slots = selector is None or slot is not None
+        return {"in_slots": in_slots, "slot_state": None if slot is None else int(slot)}
 
     def model_row(self, message: Message) -> dict[str, Any]:
         """The slot table's columns (:func:`slot_row`)."""

@@ -11,7 +11,7 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 from dbqueue.errors import InvalidArgument, shown
-from dbqueue.message import State
+from dbqueue.message import State, StateSelector
 
 
 class SlotState(IntEnum):
@@ -25,12 +25,25 @@ class SlotState(IntEnum):
     LEASED = 2
 
 
-#: The states of the side table ``<table>_failed`` (the messages out of the ring): a
-#: :class:`~dbqueue.message.State`, as in a split queue's meta table. READY: waiting to be
-#: pushed again at the tail once ``run_at`` has passed (a retry's back-off, or put aside by a
-#: pusher or the sweeper); LEASED: a lease a pusher moved out of its way, until
-#: ``lease_until``; FAILED: failed for good.
-SIDE_STATES = (State.READY, State.LEASED, State.FAILED)
+class SideState(IntEnum):
+    """The ``state`` column of the side table ``<table>_failed`` (the messages out of the
+    ring): the values of :class:`~dbqueue.message.State` it shares with a split queue's meta
+    table, and SPILLED, which only a ring has."""
+
+    #: Waiting to be pushed again at the tail once ``run_at`` has passed (a retry's back-off,
+    #: or put aside by a pusher or the sweeper).
+    READY = State.READY
+    #: A lease a pusher moved out of its way, until ``lease_until``.
+    LEASED = State.LEASED
+    #: Failed for good.
+    FAILED = State.FAILED
+    #: Pushed while the ring was full (``when_full="spill"``): the overflow, pushed into the
+    #: ring at the tail, in the order it spilled, as slots free up. Counted as ready.
+    SPILLED = 4
+
+
+#: The states of the side table, in the order the admin lists them.
+SIDE_STATES = tuple(SideState)
 
 
 class PushOutcome(IntEnum):
@@ -80,8 +93,11 @@ def item_state(state: State | str | int) -> SlotState:
     return ITEM_STATES[name]
 
 
-#: The slot state of the message states a slot can hold (what purge empties, and counts).
+#: The slot state of the message states a slot can hold.
 SLOT_OF_STATE = {State.READY: SlotState.READY, State.LEASED: SlotState.LEASED}
+#: The slot state of the items a purge takes that a slot can hold (a slot's ready message is
+#: always due: the scheduled ones wait in the side table).
+SLOT_OF_SELECTOR = {StateSelector.READY: SlotState.READY, StateSelector.LEASED: SlotState.LEASED}
 
 
 # -- rows -------------------------------------------------------------------------------------

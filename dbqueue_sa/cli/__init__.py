@@ -4,8 +4,10 @@
 
     dbqueue worker --url URL myapp.handlers [--concurrency 4] [--burst]
     dbqueue stats  --url URL [myapp.models] [--json]
+    dbqueue health --url URL [myapp.models] [--max-age SECONDS] [--health-file PATH] [--json]
+    dbqueue schedules --url URL myapp.handlers [--json]
     dbqueue retry  --url URL --queue TABLE (--id ID ... | --all)
-    dbqueue purge  --url URL --queue TABLE --state {ready,leased,failed,done,all} [--yes]
+    dbqueue purge  --url URL --queue TABLE --state {ready,scheduled,leased,done,failed,all} [--yes]
     dbqueue archive --url URL --queue TABLE [--queue ...] --older-than 7d --to PATH
 
 ``--url`` defaults to the ``DBQUEUE_URL`` environment variable (which keeps a password off the
@@ -50,7 +52,7 @@ __all__ = [
     "render_table",
 ]
 
-SUBCOMMANDS: tuple[Subcommand, ...] = (WORKER, STATS, RETRY, PURGE, ARCHIVE)
+SUBCOMMANDS: tuple[Subcommand, ...] = (WORKER, STATS, HEALTH, SCHEDULES, RETRY, PURGE, ARCHIVE)
 
 
 def build_parser() -> argparse.ArgumentParser:

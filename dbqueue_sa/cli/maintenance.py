@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 
 from dbqueue.commandline import positive_int
 from dbqueue.front import FrontQueue
-from dbqueue.message import State
+from dbqueue.message import StateSelector
 from dbqueue.progress import Progress
 from dbqueue_sa.cli.common import (
     DEFAULT_BATCH,
@@ -19,6 +20,7 @@ from dbqueue_sa.cli.common import (
     url_of,
 )
 from dbqueue_sa.discovery import count_items, in_batches
+from dbqueue_sa.tables import core_dialect_of
 
 
 def _batch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,7 +81,7 @@ def _run_retry(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-PURGE_STATES = ("ready", "leased", "failed", "done", "all")
+PURGE_STATES = (*(s.value for s in StateSelector), "all")
 
 
 def _purge_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,8 +90,9 @@ def _purge_arguments(parser: argparse.ArgumentParser) -> None:
         "--state",
         required=True,
         choices=PURGE_STATES,
-        help="which items to delete (ring queues: ready and leased are full and leased "
-        "slots, failed the failed table; they have no done items)",
+        help="which items to delete: ready ones are due now, scheduled ones due later (ring "
+        "queues: ready and leased are full and leased slots and the side table's, scheduled "
+        "and failed the side table's; they have no done items)",
     )
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
@@ -104,13 +107,14 @@ def _confirm(question: str) -> bool:
 
 
 def _run_purge(args: argparse.Namespace) -> int:
-    state = None if args.state == "all" else State.parse(args.state)
+    state = None if args.state == "all" else StateSelector.parse(args.state)
     what = "" if state is None else f"{args.state} "
     engine = engine_for(url_of(args))
     try:
         with engine.connect() as connection:
             queue = find_queue(connection, args.queue)
-            spans = count_items(connection, queue.in_state(state))
+            now = core_dialect_of(connection.dialect).time_param(dt.datetime.now(dt.UTC))
+            spans = count_items(connection, queue.in_state(state, now))
             total = sum(s.total for s in spans)
             if not total:
                 print(f"no {what}items in {queue.name}: nothing to purge")

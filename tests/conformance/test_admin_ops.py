@@ -1,4 +1,4 @@
-"""stats, purge and delete."""
+"""stats, pushed, purge and delete."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 
+from dbqueue import State
 from dbqueue.errors import InvalidArgument
 from tests.conformance.fronts import Front
 
@@ -30,6 +31,18 @@ def test_stats_counts_every_state_and_the_oldest_age(front: Front) -> None:
     assert stats["oldest_ready_age"] >= dt.timedelta(0)
 
 
+def test_pushed_counts_every_push_and_never_goes_down(front: Front) -> None:
+    # Numbers handed out, read from the database: a test database's earlier queue of the
+    # same name may have used some, so from where it is now.
+    before = front.pushed()
+    front.push_many([{"name": str(i)} for i in range(3)])
+    front.push(name="one more")
+    assert front.pushed() == before + 4
+    front.ack(front.pop_batch(4))
+    front.purge()
+    assert front.pushed() == before + 4  # acks and purges take nothing back
+
+
 def test_purge_by_state_and_everything(front: Front) -> None:
     front.push_many([{"name": str(i)} for i in range(4)])
     front.pop_batch(1)
@@ -40,6 +53,42 @@ def test_purge_by_state_and_everything(front: Front) -> None:
     assert front.counts() == (0, 0)
 
 
+def test_purge_tells_ready_items_from_scheduled_ones(front: Front) -> None:
+    front.push_many([{"name": str(i)} for i in range(5)])
+    leased, later = front.pop_batch(2)
+    front.fail(later, "again in an hour", delay=dt.timedelta(hours=1))
+    counts = {s: front.count(s) for s in ("ready", "scheduled", "leased", "done", "failed")}
+    assert counts == {"ready": 3, "scheduled": 1, "leased": 1, "done": 0, "failed": 0}
+    assert front.count() == 5
+    assert front.purge("ready") == 3  # due now only: the scheduled item stays
+    stats = front.stats()
+    assert (stats["ready"], stats["scheduled"], stats["leased"]) == (0, 1, 1)
+    assert front.purge(State.READY) == 0  # the stored state selects as "ready" does
+    assert front.purge("SCHEDULED") == 1
+    assert front.stats()["scheduled"] == 0
+    assert list(front.states()) == [leased.id]
+
+
+def test_purge_older_than_a_duration(front: Front) -> None:
+    day = dt.timedelta(days=1)
+    a, b, c, d = front.push_many([{"name": n} for n in "abcd"])
+    front.backdate([a])
+    assert front.count("ready", older_than=day) == 1
+    assert front.purge("ready", older_than=day) == 1
+    assert sorted(front.states()) == [b, c, d]
+    front.backdate([b])
+    popped = front.pop_batch(3)  # b, c and d leased
+    assert front.purge("leased", older_than=day) == 1
+    front.fail([i for i in popped if i.id != b], "no", retry=False)  # c and d failed
+    failed_ids = sorted(front.states())
+    front.backdate(failed_ids[:1])  # failed long ago
+    assert front.purge("failed", older_than=day) == 1
+    assert sorted(front.states()) == failed_ids[1:]
+    # Any age at all: everything that was pushed (or failed) before now.
+    assert front.purge(older_than=dt.timedelta(0)) == 1
+    assert front.counts() == (0, 0)
+
+
 def test_purge_rejects_an_unknown_state(front: Front) -> None:
     front.push(name="x")
     # A name, a number, or a value of another type (found by hypothesis: Decimal("sNaN")
@@ -47,6 +96,11 @@ def test_purge_rejects_an_unknown_state(front: Front) -> None:
     for state in ("finished", 7, Decimal("sNaN"), 1.0, True):
         with pytest.raises(InvalidArgument, match="unknown state"):
             front.purge(state)
+        with pytest.raises(InvalidArgument, match="unknown state"):
+            front.count(state)
+    for age in (dt.timedelta(seconds=-1), 3600, "1h"):
+        with pytest.raises(InvalidArgument, match="older_than"):
+            front.purge("ready", older_than=age)
     assert front.counts() == (1, 1)
 
 

@@ -76,6 +76,9 @@ CALLS: dict[str, Callable[[Front, Any, str], Any]] = {
     "retry(v)": lambda q, v, f: q.retry(v),
     "delete(v)": lambda q, v, f: q.delete(v),
     "purge(v)": lambda q, v, f: q.purge(v),
+    "purge(older_than=v)": lambda q, v, f: q.purge("failed", older_than=v),
+    "count(v)": lambda q, v, f: q.count(v),
+    "count(older_than=v)": lambda q, v, f: q.count("ready", older_than=v),
     "set_priority(v, 1)": lambda q, v, f: q.set_priority(v, 1),
     "set_priority([1], v)": lambda q, v, f: q.set_priority([1], v),
 }

@@ -135,3 +135,14 @@ def test_purge_and_delete_of_done_items(kept_front: Front) -> None:
     assert front.purge("done") == 2  # b and c
     assert front.states() == {d: READY}
     assert front.counts() == (1, 1)
+
+
+def test_purge_of_done_items_older_than_a_duration(kept_front: Front) -> None:
+    front = kept_front
+    a, b = front.push_many([{"name": n} for n in "ab"])
+    front.backdate([a])  # pushed long ago, but it finishes now: the finish counts
+    front.ack(front.pop_batch(2))
+    front.backdate([b])  # finished long ago
+    assert front.count("done", older_than=dt.timedelta(hours=1)) == 1
+    assert front.purge("done", older_than=dt.timedelta(hours=1)) == 1
+    assert front.states() == {a: DONE}

@@ -90,9 +90,10 @@ def test_every_dialect_defines_the_same_statements(layout: str) -> None:
 def test_the_split_layout_has_every_operation_the_queue_runs() -> None:
     expected = {"split_push", "split_push_many", "split_pop_leased", "split_pop_remove",
                 "split_ack", "split_fail", "split_extend", "split_not_leased", "split_retry",
-                "split_rescue", "split_next_due", "split_stats", "split_purge", "split_delete",
+                "split_rescue", "split_next_due", "split_stats", "split_purge", "split_count",
+                "split_delete",
                 "split_notify", "split_release",
-                "split_set_priority",
+                "split_set_priority", "split_pushed",
                 # keep_done's replacements of split_ack, split_pop_remove (KEEP_DONE_OPERATIONS)
                 "split_ack_done", "split_pop_done"}  # fmt: skip
     # split_ack_pop needs writable CTEs (PostgreSQL); elsewhere the core runs ack + pop in one
@@ -107,8 +108,9 @@ RING_COMMON = {
     "ring_push", "ring_push_blocked", "ring_pop_leased", "ring_pop_remove", "ring_ack",
     "ring_ack_side", "ring_fail", "ring_extend", "ring_extend_side", "ring_not_leased",
     "ring_sweep", "ring_sweep_side", "ring_next_due", "ring_retry", "ring_delete",
-    "ring_delete_side", "ring_purge", "ring_purge_side", "ring_stats", "ring_counters",
-    "ring_notify", "ring_release",
+    "ring_delete_side", "ring_purge", "ring_purge_side", "ring_count", "ring_stats",
+    "ring_counters",
+    "ring_notify", "ring_release", "ring_spill",
 }  # fmt: skip
 
 
@@ -238,7 +240,8 @@ def _sqlite_values() -> dict[str, Any]:
         **{f"p{i}": v for i, v in enumerate(values)},
         "now": now, "run_at": now, "lease_until": now, "priority": 0, "n": 5, "count": 1,
         "strict": 1, "max_attempts": 3, "error": "e", "state": None, "channel": "dbqueue_q",
-        "tokens": '[[1, 1, "2026-01-01 00:00:00.000000", "e"]]', "ids": "[1]",
+        "tokens": '[[1, 1, "2026-01-01 00:00:00.000000", "e"]]', "ids": "[1]", "due": 1,
+        "before": now, "in_slots": 1, "slot_state": None, "table": "q",
     }  # fmt: skip
 
 
@@ -288,7 +291,8 @@ def _pg_values() -> dict[str, Any]:
         "priority": 0, "run_at": None, "delay": second, "n": 5, "lease": second, "count": 1,
         "ids": [1], "attempts": [1], "strict": True, "delays": [second], "errors": ["e"],
         "max_attempts": 3, "lock_key": 42, "error": "e", "state": None, "channel": "dbqueue_q",
-        "commit": "off", "lock_timeout": "20ms", "compact_key": 43,
+        "commit": "off", "lock_timeout": "20ms", "compact_key": 43, "due": True,
+        "older_than": second, "in_slots": True, "slot_state": None, "table": "q",
     }  # fmt: skip
 
 

@@ -174,6 +174,21 @@ SELECT r.p AS number,
        s.seq AS slot_seq
 FROM r LEFT JOIN s ON true;
 
+-- ring_spill --
+-- when_full "spill": the messages of a push that found the ring full (ring_push_blocked said
+-- {push_wait}, or a whole lap of numbers found every slot held), written into the side table
+-- as spilled under their numbers (%(ps)s, NULL = a new one), due now. The slots are not
+-- touched: ring_return pushes the spilled messages into the ring at the tail, in the order
+-- they spilled, as slots free up. Their numbers in the ring become holes (see claims.py).
+WITH {_batch}, i AS (
+    INSERT INTO {failed} (id, state, attempts, pushed_at, failed_at, run_at, lease_until,
+                          last_error{columns})
+    SELECT r.p, {side_spilled}, 0, statement_timestamp(), statement_timestamp(),
+           statement_timestamp(), NULL, NULL{r_columns}
+    FROM r
+)
+SELECT r.p AS number FROM r ORDER BY r.ord;
+
 -- _fresh --
 -- A fragment of the pops: up to %(k)s new pop numbers, never more than the pushers have handed
 -- out (idle poppers must not run ahead of pushers and hoard claims).
@@ -564,10 +579,11 @@ SELECT count(*) FILTER (WHERE state = {side_ready}) AS ready,
 FROM u;
 
 -- ring_return --
--- Ready messages of the side table that are due, pushed again at the tail under new numbers
--- (attempts kept), oldest due first, where their slot is free (empty, holding the number
--- minus C or laps behind it; a slot a push in flight holds is skipped). Those that find no
--- free slot stay aside (the ring is full) and their numbers become holes. `busy`: another
+-- Ready and spilled messages of the side table that are due, pushed again at the tail under
+-- new numbers (attempts kept), oldest due first (a spilled message is due when it spilled),
+-- while their slots are free (empty, holding the number minus C or laps behind it; a slot a
+-- push in flight holds is skipped): from the first message that finds no free slot on, they
+-- stay aside (a later one placed would overtake it) and their numbers become holes. `busy`: another
 -- sweeper held the queue's lock while messages were due, so this run returned none of them.
 -- `ahead`: pushers hold numbers no popper has claimed (messages may be in the ring: another
 -- sweeper's return, or a push, committed after the caller's pop looked).
@@ -671,25 +687,49 @@ RETURNING t.seq AS number;
 DELETE FROM {failed} WHERE id = ANY(%(ids)b::bigint[])
 RETURNING id AS number;
 
+-- _purged_slots --
+-- A fragment of ring_purge and ring_count: whether slot `t` holds a message purge(state,
+-- older_than) takes (dbqueue.message.StateSelector): %(in_slots)s, whether the state is one
+-- a slot holds at all; %(slot_state)s, a SlotState (NULL: any message); pushed longer ago
+-- than %(older_than)s (NULL: any age).
+%(in_slots)s::boolean AND t.state <> {slot_empty}
+AND (%(slot_state)s::smallint IS NULL OR t.state = %(slot_state)s::smallint)
+AND (%(older_than)s::interval IS NULL
+     OR t.pushed_at < statement_timestamp() - %(older_than)s::interval)
+
+-- _purged_side --
+-- The same for a message `f` of the side table: %(state)s, a State (NULL: any; ready takes
+-- the spilled ones too, which ring_stats counts as ready); %(due)s tells ready (due now) from
+-- scheduled (waiting out a back-off), as ring_stats counts them; older by when it failed if
+-- failed (failed_at), else by when it was pushed.
+(%(state)s::smallint IS NULL OR f.state = %(state)s::smallint
+ OR (%(state)s::smallint = {side_ready} AND f.state = {side_spilled}))
+AND (%(due)s::boolean IS NULL OR (f.run_at <= statement_timestamp()) = %(due)s::boolean)
+AND (%(older_than)s::interval IS NULL
+     OR CASE WHEN f.state = {side_failed} THEN f.failed_at ELSE f.pushed_at END
+        < statement_timestamp() - %(older_than)s::interval)
+
 -- ring_purge --
--- Every message of a state in the slots (%(state)s, a dbqueue.message.State: ready and leased
--- slots; NULL: every slot), and in the side table (ring_purge_side).
+-- The messages of a purge in the slots (emptied), and in the side table (ring_purge_side).
 UPDATE {ring} AS t SET state = {slot_empty}, lease_until = NULL
-WHERE t.state <> {slot_empty}
-  AND (%(state)s::smallint IS NULL
-       OR (%(state)s::smallint = {side_ready} AND t.state = {slot_ready})
-       OR (%(state)s::smallint = {side_leased} AND t.state = {slot_leased}))
+WHERE {_purged_slots}
 RETURNING t.seq AS number;
 
 -- ring_purge_side --
-DELETE FROM {failed}
-WHERE %(state)s::smallint IS NULL OR state = %(state)s::smallint
-RETURNING id AS number;
+DELETE FROM {failed} AS f
+WHERE {_purged_side}
+RETURNING f.id AS number;
+
+-- ring_count --
+-- How many messages ring_purge and ring_purge_side would take now.
+SELECT (SELECT count(*) FROM {ring} AS t WHERE {_purged_slots})
+       + (SELECT count(*) FROM {failed} AS f WHERE {_purged_side}) AS value;
 
 -- ring_stats --
--- Counts per message state (ready: in a slot or due to be pushed again; scheduled: waiting out
--- a back-off; leased: in a slot or put aside), the oldest ready message's push time, the
--- slot count (the ring's capacity in the database) and the slots in use.
+-- Counts per message state (ready: in a slot or due to be pushed again, spilled ones included;
+-- scheduled: waiting out a back-off; leased: in a slot or put aside), the oldest ready
+-- message's push time, the slot count (the ring's capacity in the database), the slots in use
+-- and the spilled messages (the overflow of a full ring).
 WITH r AS (
     SELECT count(*) FILTER (WHERE state = {slot_ready}) AS ready,
            count(*) FILTER (WHERE state = {slot_leased}) AS leased,
@@ -699,16 +739,17 @@ WITH r AS (
            count(*) AS slots
     FROM {ring}
 ), f AS (
-    SELECT count(*) FILTER (WHERE state = {side_ready} AND run_at <= statement_timestamp())
-               AS ready,
+    SELECT count(*) FILTER (WHERE state IN ({side_ready}, {side_spilled})
+                                  AND run_at <= statement_timestamp()) AS ready,
            count(*) FILTER (WHERE state = {side_ready} AND run_at > statement_timestamp())
                AS scheduled,
            count(*) FILTER (WHERE state = {side_leased}) AS leased,
            count(*) FILTER (WHERE state = {side_leased} AND lease_until < statement_timestamp())
                AS expired,
            count(*) FILTER (WHERE state = {side_failed}) AS failed,
-           min(pushed_at) FILTER (WHERE state = {side_ready} AND run_at <= statement_timestamp())
-               AS oldest
+           min(pushed_at) FILTER (WHERE state IN ({side_ready}, {side_spilled})
+                                  AND run_at <= statement_timestamp()) AS oldest,
+           count(*) FILTER (WHERE state = {side_spilled}) AS spilled
     FROM {failed}
 )
 SELECT r.ready + f.ready AS ready, f.scheduled, r.leased + f.leased AS leased,

@@ -291,19 +291,44 @@ SELECT count(*) FILTER (WHERE state = {state_ready} AND run_at <= statement_time
        count(*) FILTER (WHERE state = {state_done}),
        count(*) FILTER (WHERE state = {state_failed}),
        min(run_at) FILTER (WHERE state = {state_ready} AND run_at <= statement_timestamp()),
-       statement_timestamp(), NULL::bigint AS slots, NULL::bigint AS in_slots
+       statement_timestamp(), NULL::bigint AS slots, NULL::bigint AS in_slots,
+       NULL::bigint AS spilled
 FROM {meta};
 
+-- split_pushed --
+-- How many items were ever pushed: the last value the id column's identity sequence handed out
+-- (NULL before the first push; a rolled-back push uses its number too). A metrics scrape reads
+-- it; pushes happen in processes that count nothing themselves.
+SELECT pg_sequence_last_value(pg_get_serial_sequence(quote_ident(%(table)s::text), 'id')) AS value;
+
+-- _purged --
+-- A fragment of split_purge and split_count: whether meta row `m` is one of the items
+-- purge(state, older_than) takes (dbqueue.message.StateSelector; a NULL parameter takes any).
+-- %(due)s tells ready (due now) from scheduled (due later), as split_stats counts them. An item
+-- is older than %(older_than)s by when it finished if done or failed (run_at), else by when
+-- it was pushed (its data row's enqueued_at). The condition is on the row itself, so a row
+-- that changed state while the purge waited for its lock is looked at again.
+(%(state)s::smallint IS NULL OR m.state = %(state)s::smallint)
+AND (%(due)s::boolean IS NULL OR (m.run_at <= statement_timestamp()) = %(due)s::boolean)
+AND (%(older_than)s::interval IS NULL
+     OR CASE WHEN m.state IN ({state_done}, {state_failed}) THEN m.run_at
+             ELSE (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = m.id) END
+        < statement_timestamp() - %(older_than)s::interval)
+
 -- split_purge --
-WITH m AS (
-    DELETE FROM {meta}
-    WHERE %(state)s::smallint IS NULL OR state = %(state)s::smallint
-    RETURNING id
+WITH p AS (
+    DELETE FROM {meta} AS m
+    WHERE {_purged}
+    RETURNING m.id
 ), d AS (
-    DELETE FROM {data} AS d USING m
-    WHERE d.id = m.id
+    DELETE FROM {data} AS d USING p
+    WHERE d.id = p.id
 )
-SELECT id FROM m;
+SELECT id FROM p;
+
+-- split_count --
+-- How many items split_purge would take now.
+SELECT count(*) AS value FROM {meta} AS m WHERE {_purged};
 
 -- split_delete --
 WITH m AS (

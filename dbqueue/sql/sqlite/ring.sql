@@ -32,6 +32,19 @@ UPDATE {ring} SET state = {slot_empty}, lease_until = NULL
 WHERE slot = (SELECT value FROM {push_seq_rel}) % :capacity
   AND seq IN (SELECT value FROM json_each(:ids));
 
+-- ring_spill --
+-- when_full "spill" (see postgresql/ring.sql): one message that found the ring full, written
+-- into the side table as spilled, due now. A number is taken only by a message that lands
+-- here (the counter is transactional, and a number not written would leave its slot behind
+-- for good), so a spilled message waits under a placeholder id below every number: negative,
+-- one above the last spilled one's, in the order they spilled. It gets its number when
+-- ring_return_one pushes it into the ring.
+INSERT INTO {failed} (id, state, attempts, pushed_at, failed_at, run_at, lease_until,
+                      last_error{columns})
+VALUES ((SELECT coalesce(max(id) + 1, -4611686018427387904) FROM {failed} WHERE id < 0),
+        {side_spilled}, 0, :now, :now, :now, NULL, NULL{value_params})
+RETURNING id AS number;
+
 -- ring_next_slot --
 -- Diagnosis when a push found no free slot: the next number and its slot's seq (NULL, or a
 -- number of another slot: the table does not have the declared capacity).
@@ -197,10 +210,10 @@ WHERE id IN (
 RETURNING id AS number, state;
 
 -- ring_due --
--- The ready messages of the side table that are due, oldest first: ring_return_one pushes them
--- again one by one.
+-- The ready and spilled messages of the side table that are due, oldest first:
+-- ring_return_one pushes them again one by one, stopping at the first that finds no slot.
 SELECT id AS number FROM {failed}
-WHERE state = {side_ready} AND run_at <= :now
+WHERE state IN ({side_ready}, {side_spilled}) AND run_at <= :now
 ORDER BY run_at, id
 LIMIT :n;
 
@@ -244,22 +257,34 @@ RETURNING seq AS number;
 -- ring_delete_side --
 DELETE FROM {failed} WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id AS number;
 
+-- _purged_slots --
+-- See postgresql/ring.sql (columns by their bare names: RETURNING cannot see an alias).
+:in_slots AND state <> {slot_empty}
+AND (:slot_state IS NULL OR state = :slot_state)
+AND (:before IS NULL OR pushed_at < :before)
+
+-- _purged_side --
+(:state IS NULL OR state = :state OR (:state = {side_ready} AND state = {side_spilled}))
+AND (:due IS NULL OR (run_at <= :now) = :due)
+AND (:before IS NULL
+     OR CASE WHEN state = {side_failed} THEN failed_at ELSE pushed_at END < :before)
+
 -- ring_purge --
--- Every message of a state in the slots (:state, a dbqueue.message.State: ready and leased
--- slots; NULL: every slot), and in the side table (ring_purge_side).
 UPDATE {ring} SET state = {slot_empty}, lease_until = NULL
-WHERE state <> {slot_empty}
-  AND (:state IS NULL OR (:state = {side_ready} AND state = {slot_ready})
-       OR (:state = {side_leased} AND state = {slot_leased}))
+WHERE {_purged_slots}
 RETURNING seq AS number;
 
 -- ring_purge_side --
-DELETE FROM {failed} WHERE :state IS NULL OR state = :state RETURNING id AS number;
+DELETE FROM {failed} WHERE {_purged_side} RETURNING id AS number;
+
+-- ring_count --
+SELECT (SELECT count(*) FROM {ring} WHERE {_purged_slots})
+       + (SELECT count(*) FROM {failed} WHERE {_purged_side}) AS value;
 
 -- ring_stats --
 SELECT coalesce(sum(state = {slot_ready}), 0)
-           + (SELECT count(*) FROM {failed} WHERE state = {side_ready} AND run_at <= :now)
-           AS ready,
+           + (SELECT count(*) FROM {failed}
+              WHERE state IN ({side_ready}, {side_spilled}) AND run_at <= :now) AS ready,
        (SELECT count(*) FROM {failed} WHERE state = {side_ready} AND run_at > :now) AS scheduled,
        coalesce(sum(state = {slot_leased}), 0)
            + (SELECT count(*) FROM {failed} WHERE state = {side_leased}) AS leased,
@@ -271,7 +296,8 @@ SELECT coalesce(sum(state = {slot_ready}), 0)
        min(CASE WHEN state = {slot_ready} THEN pushed_at END) AS oldest_ready,
        :now AS now,
        count(*) AS slots,
-       coalesce(sum(state <> {slot_empty}), 0) AS in_slots
+       coalesce(sum(state <> {slot_empty}), 0) AS in_slots,
+       (SELECT count(*) FROM {failed} WHERE state = {side_spilled}) AS spilled
 FROM {ring};
 
 -- ring_counters --

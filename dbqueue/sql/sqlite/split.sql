@@ -182,14 +182,31 @@ SELECT coalesce(sum(state = {state_ready} AND run_at <= :now), 0),
        coalesce(sum(state = {state_done}), 0),
        coalesce(sum(state = {state_failed}), 0),
        min(CASE WHEN state = {state_ready} AND run_at <= :now THEN run_at END),
-       :now, NULL AS slots, NULL AS in_slots
+       :now, NULL AS slots, NULL AS in_slots, NULL AS spilled
 FROM {meta};
+
+-- split_pushed --
+-- See postgresql/split.sql: AUTOINCREMENT keeps the largest id ever used in sqlite_sequence
+-- (no row before the first push).
+SELECT (SELECT seq FROM sqlite_sequence WHERE name = :table) AS value;
+
+-- _purged --
+-- See postgresql/split.sql (a meta row's columns by their bare names here: the table is not
+-- aliased, and the data row's sub-select names it).
+(:state IS NULL OR state = :state)
+AND (:due IS NULL OR (run_at <= :now) = :due)
+AND (:before IS NULL
+     OR CASE WHEN state IN ({state_done}, {state_failed}) THEN run_at
+             ELSE (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id) END < :before)
 
 -- split_purge --
 DELETE FROM {meta}
-WHERE :state IS NULL OR state = :state
+WHERE {_purged}
 RETURNING id;
 DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- split_count --
+SELECT count(*) AS value FROM {meta} WHERE {_purged};
 
 -- split_delete --
 DELETE FROM {meta} WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id;
