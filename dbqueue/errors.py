@@ -119,7 +119,8 @@ class UnsupportedDatabase(DBQueueError):
 
 
 class QueueFull(DBQueueError):
-    """A ring queue had no free slot for ``push_timeout``: its consumers are behind or stopped.
+    """A ring queue had no free slot (``when_full="raise"``: at once; ``"wait"``: for
+    ``push_timeout``): its consumers are behind or stopped.
 
     ``pushed`` has one entry per message of the call, in input order: its id if it was stored,
     None if not (within a batch a later message can land while an earlier one waits, so the
@@ -135,6 +136,7 @@ class QueueFull(DBQueueError):
         why: str,
         *,
         can_wait: bool = True,
+        advice: str | None = None,
     ) -> None:
         self.pushed = pushed
         self.remaining = sum(1 for i in pushed if i is None)
@@ -147,7 +149,7 @@ class QueueFull(DBQueueError):
         super().__init__(
             f"ring queue {table!r} is full ({capacity} slots): {self.remaining} message(s) not "
             f"pushed, {why}{done}. Start more workers, "
-            + ("raise push_timeout, " if can_wait else "push outside a transaction, ")
+            + (advice or ("raise push_timeout, " if can_wait else "push outside a transaction, "))
             + "or give the queue a larger capacity"
         )
 

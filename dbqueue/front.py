@@ -329,9 +329,9 @@ class ExecutorFront[M](FrontQueue[M]):
 
 
 class RingFrontQueue[M](FrontQueue[M]):
-    """The queue of a declared ring. Pushes wait up to ``push_timeout`` for a free slot, then
-    raise :class:`~dbqueue.errors.QueueFull`; ``priority=`` and ``delay=`` are refused (a ring
-    delivers in push order)."""
+    """The queue of a declared ring. A push into a full ring spills, raises
+    :class:`~dbqueue.errors.QueueFull` or waits, as its ``when_full`` says; ``priority=`` and
+    ``delay=`` are refused (a ring delivers in push order)."""
 
     core_class = RingQueue
 

@@ -24,7 +24,8 @@ class StateRow(NamedTuple):
 
 class StatsRow(NamedTuple):
     """The row of ``<layout>_stats``: counts per state, the oldest due item's time and the
-    database's now; a ring's slot count and slots in use (NULL for a split queue)."""
+    database's now; a ring's slot count, slots in use and spilled messages (NULL for a split
+    queue)."""
 
     ready: int
     scheduled: int
@@ -36,6 +37,7 @@ class StatsRow(NamedTuple):
     now: Any
     slots: int | None
     in_slots: int | None
+    spilled: int | None
 
 
 class ValueRow(NamedTuple):

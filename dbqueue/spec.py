@@ -56,6 +56,24 @@ SPLIT_HINT = (
 )
 
 
+class WhenFull(StrEnum):
+    """What a push into a full ring does (a ring holding ``capacity`` undelivered messages);
+    see the docs' "When the ring is full"."""
+
+    #: The message goes to the overflow (the side table ``<table>_failed``, state "spilled")
+    #: and is delivered after the ring's messages: nothing is refused, nothing waits.
+    SPILL = "spill"
+    #: QueueFull at once: the caller decides (a web request answers 503).
+    RAISE = "raise"
+    #: Wait up to ``push_timeout`` for a free slot, then QueueFull: back-pressure for
+    #: pipelines whose producer may be slowed down, never for a web request.
+    WAIT = "wait"
+
+
+#: push_timeout's default: a ring that declares another one and no when_full means "wait".
+DEFAULT_PUSH_TIMEOUT = timedelta(seconds=5)
+
+
 class FieldKind(StrEnum):
     """The value types a payload field may have; each dialect maps them to a column type."""
 
@@ -120,8 +138,13 @@ class QueueOptions:
     #: Ring queues only (see dbqueue.ring): the number of preallocated slots, i.e. the most
     #: messages the queue stores at once. None for a split queue.
     capacity: int | None = None
-    #: Ring: how long a push waits for a free slot before it raises QueueFull.
-    push_timeout: timedelta = timedelta(seconds=5)
+    #: Ring: how long a push waits for a free slot before it raises QueueFull (``when_full``
+    #: "wait" only).
+    push_timeout: timedelta = DEFAULT_PUSH_TIMEOUT
+    #: Ring: what a push that finds the ring full does (:class:`WhenFull`; a name is accepted).
+    #: None (not declared): "spill", or "wait" when ``push_timeout`` is declared (what such a
+    #: ring did before the option existed); :attr:`when_full_mode` is the one that applies.
+    when_full: WhenFull | None = None
     #: Ring: a number a pusher took but never wrote (it rolled back or died) is marked as a
     #: hole after this long, so poppers and later pushers move past it.
     hole_timeout: timedelta = timedelta(seconds=2)
@@ -165,6 +188,7 @@ class QueueOptions:
             value = getattr(self, name)
             if not isinstance(value, timedelta) or value < timedelta(0):
                 raise InvalidSpec(f"{name} must be a non-negative timedelta, got {value!r}")
+        self._resolve_when_full()
         capacity = self.capacity
         if capacity is not None and (
             isinstance(capacity, bool)
@@ -188,9 +212,39 @@ class QueueOptions:
 #: The option names a declaration may set (``aware_datetimes`` comes from the framework).
 OPTION_NAMES = frozenset(QueueOptions.__dataclass_fields__) - {"aware_datetimes"}
 #: The options that only a ring queue has (capacity is also required there).
-RING_OPTIONS = frozenset({"capacity", "push_timeout", "hole_timeout", "stranded_after"})
+RING_OPTIONS = frozenset(
+    {"capacity", "push_timeout", "when_full", "hole_timeout", "stranded_after"}
+)
 #: The options that only a split queue has: a ring reuses its slots, so it keeps nothing.
 SPLIT_OPTIONS = frozenset({"keep_done"})
+
+    @property
+    def when_full_mode(self) -> WhenFull:
+        """What a push into a full ring does: ``when_full``, or if it is not declared "wait"
+        where ``push_timeout`` is, else "spill"."""
+        if self.when_full is not None:
+            return self.when_full
+        return WhenFull.WAIT if self.push_timeout != DEFAULT_PUSH_TIMEOUT else WhenFull.SPILL
+
+    def _resolve_when_full(self) -> None:
+        """Store a declared ``when_full`` as a WhenFull, or raise InvalidSpec. (Left None when
+        not declared: ``dataclasses.replace`` of these options then resolves it afresh.)"""
+        value = self.when_full
+        if value is None:
+            return
+        if not isinstance(value, str) or value not in set(WhenFull):
+            raise InvalidSpec(
+                f"when_full must be one of {', '.join(repr(str(w)) for w in WhenFull)}, "
+                f"got {value!r}"
+            )
+        value = WhenFull(value)
+        if self.push_timeout != DEFAULT_PUSH_TIMEOUT and value is not WhenFull.WAIT:
+            raise InvalidSpec(
+                f"push_timeout applies to when_full='wait' only (a push that waits for a free "
+                f"slot); with when_full={str(value)!r} a push never waits: remove push_timeout, "
+                f"or declare when_full='wait'"
+            )
+        object.__setattr__(self, "when_full", value)
 
 
 def _refuse_options(

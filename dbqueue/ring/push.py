@@ -6,15 +6,20 @@ A message whose slot was not free goes through ``ring_push_blocked`` (PostgreSQL
 waits for a consumer: a leased or stranded message is moved to the side table and the push
 written (outside a transaction), a gap left by dead pushers is written over, a number given
 up on or a slot being written is traded for a new number. Only a ring that really holds
-``capacity`` undelivered messages makes a push wait (backpressure), up to ``push_timeout``,
-then :class:`~dbqueue.errors.QueueFull`.
+``capacity`` undelivered messages is full, and then the queue's ``when_full`` decides: the
+message spills into the side table (state spilled, under its number) and is pushed into the
+ring later, by a pop that finds the ring empty or by the sweeper (``ring_return``); or
+:class:`~dbqueue.errors.QueueFull` at once; or the push waits (backpressure), up to
+``push_timeout``, then QueueFull. The hot path is the same statement in every mode: a mode
+only decides what happens after it found no slot.
 
 A push inside the caller's transaction writes each message once, whatever it meets: an attempt
 that does not land writes nothing, and it never moves another message (that move would hold
 the other message's row until the caller commits): it takes a new number instead.
 
 SQLite has one writer and transactional counters: a push lands at the counter's slot, moving a
-leased message aside first, or the ring is full.
+leased message aside first, or the ring is full (then, spilling, that message and the rest of
+its batch spill).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dbqueue.executor import Executor
 from dbqueue.ring.base import RingBase
 from dbqueue.ring.states import BlockedRow, PushOutcome, PushRow
 from dbqueue.rows import NumberRow
+from dbqueue.spec import WhenFull
 
 #: Backpressure: the first and the longest sleep between attempts of a push.
 WAIT_FIRST, WAIT_MAX = 0.001, 0.05
@@ -69,8 +75,9 @@ class RingPush(RingBase):
     ) -> int:
         """Enqueue one message in the executor's transaction; return its number (its id).
 
-        Waits up to ``push_timeout`` while the ring holds ``capacity`` undelivered messages,
-        then raises QueueFull.
+        If the ring holds ``capacity`` undelivered messages, ``when_full`` decides: spill (the
+        message waits in the overflow; its id there), raise QueueFull at once, or wait up to
+        ``push_timeout`` for a free slot, then raise QueueFull.
         """
         self._fifo_only(priority, delay, run_at)
         ids = self._push_all(ex, [self.codec.encode(payload)])
@@ -89,9 +96,10 @@ class RingPush(RingBase):
     ) -> list[int]:
         """Enqueue many messages, one statement per batch; return their numbers in input order.
 
-        Every row is validated before the first statement runs. A batch larger than the free
-        slots waits for poppers like a single push; if the ring stays full, QueueFull says
-        which messages were pushed (outside a transaction those are committed).
+        Every row is validated before the first statement runs. The messages of a batch
+        larger than the free slots spill, or wait for poppers, as a single push does; if
+        QueueFull is raised, it says which messages were pushed (outside a transaction those
+        are committed).
         """
         self._fifo_only(priority, delay, run_at)
         encoded = self.codec.encode_many(rows)
@@ -103,42 +111,74 @@ class RingPush(RingBase):
             except QueueFull as exc:
                 rest = len(encoded) - len(ids) - len(exc.pushed)
                 pushed = [*ids, *exc.pushed, *([None] * rest)]
-                raise QueueFull(
-                    self.spec.table, self.capacity, pushed, "after waiting push_timeout"
-                ) from None
+                raise self._full(pushed) from None
         if ids:
             self._wake(ex)
         return ids
 
+    @property
+    def _when_full(self) -> WhenFull:
+        return self.spec.options.when_full_mode
+
+    def _full(self, pushed: list[int | None], *, can_wait: bool = True) -> QueueFull:
+        """The QueueFull of a push that found the ring full, in the terms of its mode."""
+        if self._when_full is WhenFull.RAISE:
+            advice = "declare when_full='spill' (an overflow table), "
+            return QueueFull(
+                self.spec.table, self.capacity, pushed, "when_full='raise'", advice=advice
+            )
+        if not can_wait:
+            why = (
+                "and SQLite cannot wait inside a transaction (no popper can run while it "
+                "holds the write lock)"
+            )
+            return QueueFull(self.spec.table, self.capacity, pushed, why, can_wait=False)
+        return QueueFull(self.spec.table, self.capacity, pushed, "after waiting push_timeout")
+
     def _push_all(
         self, ex: Executor, rows: list[list[Any]], numbers: list[int] | None = None
     ) -> list[int]:
-        """Push every row, waiting for free slots (backpressure) up to push_timeout; under
-        ``numbers`` already taken for them (PostgreSQL), else under new ones."""
+        """Push every row; where the ring is full, spill, raise or wait (backpressure) up to
+        push_timeout, as ``when_full`` says; under ``numbers`` already taken for them
+        (PostgreSQL), else under new ones."""
         if not self._sequences:
             return self._push_serial(ex, rows)
         ids: list[int | None] = [None] * len(rows)
         pending: list[Pending] = [
             (i, numbers[i] if numbers is not None else None) for i in range(len(rows))
         ]
-        deadline = time.monotonic() + self.spec.options.push_timeout.total_seconds()
+        mode = self._when_full
+        wait = self.spec.options.push_timeout if mode is WhenFull.WAIT else dt.timedelta(0)
+        deadline = time.monotonic() + wait.total_seconds()
         evict = not ex.in_transaction()
         pause, renewed = WAIT_FIRST, 0
         while pending:
             waiting, renew = self._attempt(ex, rows, pending, ids, evict)
-            pending = renew + waiting
             renewed = renewed + 1 if renew else 0
             # A number traded for a new one is tried again at once, unless a whole lap of them
             # found no slot: every slot is held (by consumers, while this push may not move
             # them), so this is a full ring too.
-            if waiting or renewed > self.capacity:
+            lapped = renewed > self.capacity
+            if mode is WhenFull.SPILL and (waiting or lapped):
+                self._spill(ex, rows, waiting + renew if lapped else waiting, ids)
+                pending = [] if lapped else renew
+                continue
+            pending = renew + waiting
+            if waiting or lapped:
                 if time.monotonic() >= deadline:
-                    raise QueueFull(
-                        self.spec.table, self.capacity, ids, "after waiting push_timeout"
-                    )
+                    raise self._full(ids)
                 self._sleep(ex, pause)
                 pause = min(pause * 2, WAIT_MAX)
         return [n for n in ids if n is not None]
+
+    def _spill(
+        self, ex: Executor, rows: list[list[Any]], full: list[Pending], ids: list[int | None]
+    ) -> None:
+        """``ring_spill``: the messages that found the ring full, into the side table under
+        their numbers (a new one where None), in one statement; fills ``ids``."""
+        spilled = self._rows(ex, "spill", self._batch_params(rows, full), NumberRow)
+        for (i, _), row in zip(full, spilled, strict=True):
+            ids[i] = int(row.number)
 
     def _attempt(
         self,
@@ -178,10 +218,16 @@ class RingPush(RingBase):
             i, number = pending[0]
             params = dict(zip(self._param_names, rows[i], strict=True), p=number)
             return self._rows(ex, f"push{suffix}", params, PushRow)
-        params = {"ps": [number for _, number in pending]}
+        return self._rows(ex, f"push_many{suffix}", self._batch_params(rows, pending), PushRow)
+
+    @staticmethod
+    def _batch_params(rows: list[list[Any]], pending: list[Pending]) -> dict[str, Any]:
+        """The parameters of a batch statement (``_batch`` in ring.sql): the numbers, NULL for
+        a new one, and one array per payload column."""
+        params: dict[str, Any] = {"ps": [number for _, number in pending]}
         for c, column in enumerate(zip(*(rows[i] for i, _ in pending), strict=True)):
             params[f"c{c}"] = list(column)
-        return self._rows(ex, f"push_many{suffix}", params, PushRow)
+        return params
 
     def _blocked(self, ex: Executor, number: int, values: list[Any], evict: bool) -> PushOutcome:
         """``ring_push_blocked`` for one number (see its comment in ring.sql)."""
@@ -201,28 +247,40 @@ class RingPush(RingBase):
 
     def _push_serial(self, ex: Executor, rows: list[list[Any]]) -> list[int]:
         """One writer, transactional counters: the whole batch lands in one transaction, or
-        (the ring is full) none of it and the push waits, outside a transaction."""
+        (the ring is full) none of it and the push raises or waits, outside a transaction;
+        spilling, what does not fit spills in that transaction."""
+        mode = self._when_full
+        if mode is WhenFull.SPILL:
+            return self._push_or_spill_serial(ex, rows)
         deadline = time.monotonic() + self.spec.options.push_timeout.total_seconds()
         pause = WAIT_FIRST
         while True:
             landed = self._try_serial(ex, rows)
             if landed is not None:
                 return landed
-            if not self._may_wait(ex):
-                raise QueueFull(
-                    self.spec.table,
-                    self.capacity,
-                    [None] * len(rows),
-                    "and SQLite cannot wait inside a transaction (no popper can run while it "
-                    "holds the write lock)",
-                    can_wait=False,
-                )
+            nothing: list[int | None] = [None] * len(rows)
+            if mode is WhenFull.RAISE or not self._may_wait(ex):
+                raise self._full(nothing, can_wait=False)
             if time.monotonic() >= deadline:
-                raise QueueFull(
-                    self.spec.table, self.capacity, [None] * len(rows), "after waiting push_timeout"
-                )
+                raise self._full(nothing)
             self._sleep(ex, pause)
             pause = min(pause * 2, WAIT_MAX)
+
+    def _push_or_spill_serial(self, ex: Executor, rows: list[list[Any]]) -> list[int]:
+        """The batch in one transaction: each message into the ring while it has room, the
+        first that finds it full and every later one (no popper runs meanwhile) spilled."""
+        with ex.atomic():
+            landed: list[int] = []
+            for k, values in enumerate(rows):
+                try:
+                    landed.append(self._push_one_serial(ex, values))
+                except _Full:
+                    return landed + [self._spill_serial(ex, v) for v in rows[k:]]
+            return landed
+
+    def _spill_serial(self, ex: Executor, values: list[Any]) -> int:
+        params = dict(zip(self._param_names, values, strict=True), **self._clock())
+        return int(self._rows(ex, "spill", params, NumberRow)[0].number)
 
     def _try_serial(self, ex: Executor, rows: list[list[Any]]) -> list[int] | None:
         landed: list[int] = []

@@ -1,7 +1,7 @@
 """The named values the ring's SQL and its Python share: slot states, the outcomes of a blocked
 push, and the rows its statements return (read by name, never by position).
 
-The SQL files write them as ``{slot_ready}``, ``{side_failed}``, ``{push_evict}``...:
+The SQL files write them as ``{slot_ready}``, ``{side_spilled}``, ``{push_evict}``...:
 :func:`sql_constants` is what :func:`dbqueue.sql.ring_context` fills them in from, so a value
 changes in one place."""
 
@@ -69,7 +69,12 @@ class PushOutcome(IntEnum):
 def sql_constants() -> dict[str, str]:
     """``{slot_ready}``, ``{side_failed}``, ``{push_evict}``... for the ring's SQL."""
     values: dict[str, str] = {}
-    for prefix, enum in (("slot", SlotState), ("side", State), ("push", PushOutcome)):
+    enums: tuple[tuple[str, type[IntEnum]], ...] = (
+        ("slot", SlotState),
+        ("side", SideState),
+        ("push", PushOutcome),
+    )
+    for prefix, enum in enums:
         for member in enum:
             values[f"{prefix}_{member.name.lower()}"] = str(int(member))
     return values

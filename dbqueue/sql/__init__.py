@@ -155,6 +155,10 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
             f", {n} = {dialect.payload_param(f'p{i}', f)}"
             for i, (n, f) in enumerate(zip(names, fields, strict=True))
         ),
+        # One message's values, in column order (SQLite's ring_spill).
+        "value_params": "".join(
+            f", {dialect.payload_param(f'p{i}', f)}" for i, f in enumerate(fields)
+        ),
         "set_r": "".join(f", {n} = r.c{i}" for i, n in enumerate(names)),
         # One push's values as the columns of a one-row `r` (cast: a select list has no target
         # column to infer their types from).

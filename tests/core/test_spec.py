@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from dbqueue.spec import (
     FieldKind,
     QueueOptions,
     QueueSpec,
+    WhenFull,
     index_name,
     options_from,
 )
@@ -223,6 +225,12 @@ def test_default_options_are_valid() -> None:
     assert options.durable_acks is False
 
 
+def test_the_default_lease_brings_a_dead_workers_items_back_within_15_s() -> None:
+    """A lease plus a third of one (the rescue of a busy fleet) stays under 15 s; see
+    bench/reports/2026-11-27-lease.md for the recovery measured."""
+    assert QueueOptions().lease == timedelta(seconds=10)
+
+
 @pytest.mark.parametrize("name", ["keep_done", "durable_acks"])
 @pytest.mark.parametrize("value", [1, 0, "yes", None], ids=["one", "zero", "str", "none"])
 def test_flags_must_be_bools(name: str, value: object) -> None:
@@ -300,3 +308,38 @@ def test_lock_key_is_stable_across_processes() -> None:
         )  # fmt: skip
         keys.add(int(out.stdout))
     assert keys == {QueueSpec("emails", ()).lock_key}
+
+
+def test_when_full_takes_a_mode_by_name_or_member() -> None:
+    assert QueueOptions(capacity=4, when_full="raise").when_full_mode is WhenFull.RAISE
+    assert QueueOptions(capacity=4, when_full=WhenFull.WAIT).when_full_mode is WhenFull.WAIT
+    # Not declared: spill, unless push_timeout is (what such a ring did before when_full).
+    assert QueueOptions(capacity=4).when_full_mode is WhenFull.SPILL
+    assert QueueOptions(push_timeout=timedelta(seconds=1)).when_full_mode is WhenFull.WAIT
+    # Not declared stays not declared: options made from others may declare push_timeout.
+    waiting = replace(QueueOptions(capacity=4), push_timeout=timedelta(seconds=1))
+    assert (waiting.when_full, waiting.when_full_mode) == (None, WhenFull.WAIT)
+
+
+@pytest.mark.parametrize("bad", ["block", "SPILL", 1, b"spill"])
+def test_when_full_names_the_allowed_values(bad: object) -> None:
+    with pytest.raises(InvalidSpec, match="when_full must be one of 'spill', 'raise', 'wait'"):
+        QueueOptions(capacity=4, when_full=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["spill", "raise"])
+def test_push_timeout_is_refused_with_a_mode_that_never_waits(mode: str) -> None:
+    with pytest.raises(InvalidSpec, match=f"push_timeout applies to when_full='wait' only.*{mode}"):
+        QueueOptions(capacity=4, when_full=mode, push_timeout=timedelta(seconds=1))  # type: ignore[arg-type]
+
+
+def test_when_full_is_a_ring_option() -> None:
+    with pytest.raises(InvalidSpec, match="when_full is an option of ring queues only"):
+        options_from({"when_full": "raise"}, label="Q", ring=False, aware_datetimes=True,
+                     ring_hint="declare a ring")  # fmt: skip
+    ring = options_from({"capacity": 8, "when_full": "raise"}, label="Q", ring=True,
+                        aware_datetimes=True, ring_hint="")  # fmt: skip
+    assert ring.when_full_mode is WhenFull.RAISE
+    with pytest.raises(InvalidSpec, match=r"^Q: when_full must be one of"):
+        options_from({"capacity": 8, "when_full": "nope"}, label="Q", ring=True,
+                     aware_datetimes=True, ring_hint="")  # fmt: skip

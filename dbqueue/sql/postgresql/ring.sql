@@ -589,23 +589,30 @@ FROM u;
 -- sweeper's return, or a push, committed after the caller's pop looked).
 WITH {_sweep_lock}, f AS (
     SELECT * FROM {failed}
-    WHERE (SELECT got FROM lock) AND state = {side_ready} AND run_at <= statement_timestamp()
+    WHERE (SELECT got FROM lock) AND state IN ({side_ready}, {side_spilled})
+      AND run_at <= statement_timestamp()
     ORDER BY run_at, id
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), m AS MATERIALIZED (
     SELECT nextval({push_seq}) AS p, f.* FROM (SELECT * FROM f ORDER BY run_at, id) AS f
 ), free AS (
-    SELECT t.slot FROM {ring} AS t
+    SELECT t.slot FROM {ring} AS t JOIN m ON t.slot = mod(m.p, %(capacity)s::bigint)
     WHERE t.slot = ANY(ARRAY(SELECT mod(p, %(capacity)s::bigint) FROM m))
-      AND t.state = {slot_empty}
-    FOR UPDATE SKIP LOCKED
+      AND t.state = {slot_empty} AND t.seq <= m.p - %(capacity)s::bigint
+    FOR UPDATE OF t SKIP LOCKED
+), run AS MATERIALIZED (
+    SELECT o.slot FROM (
+        SELECT free.slot, bool_and(free.slot IS NOT NULL) OVER (ORDER BY m.p) AS unbroken
+        FROM m LEFT JOIN free ON free.slot = mod(m.p, %(capacity)s::bigint)
+    ) AS o
+    WHERE o.unbroken
 ), placed AS (
     UPDATE {ring} AS t
     SET seq = m.p, state = {slot_ready}, attempts = m.attempts,
         pushed_at = statement_timestamp(), lease_until = NULL, last_error = m.last_error{set_m}
     FROM m
-    WHERE t.slot = ANY(ARRAY(SELECT slot FROM free)) AND t.slot = mod(m.p, %(capacity)s::bigint)
+    WHERE t.slot = ANY(ARRAY(SELECT slot FROM run)) AND t.slot = mod(m.p, %(capacity)s::bigint)
       AND t.state = {slot_empty} AND t.seq <= m.p - %(capacity)s::bigint
     RETURNING m.id
 ), gone AS (
@@ -613,7 +620,8 @@ WITH {_sweep_lock}, f AS (
 )
 SELECT (SELECT count(*) FROM placed) AS placed, (SELECT count(*) FROM f) AS due,
        CASE WHEN (SELECT got FROM lock) THEN false ELSE EXISTS (
-           SELECT 1 FROM {failed} WHERE state = {side_ready} AND run_at <= statement_timestamp()
+           SELECT 1 FROM {failed}
+           WHERE state IN ({side_ready}, {side_spilled}) AND run_at <= statement_timestamp()
        ) END AS busy,
        {_push_next} > {_pop_next} AS ahead;
 
@@ -657,11 +665,12 @@ RETURNING t.seq AS number;
 
 -- ring_next_due --
 -- When an idle worker next has work that no push will announce: the earliest due time of a
--- message waiting in the side table, or expiry of a lease, in a slot or put aside (NULL:
--- none). The slots are read whole: at most `capacity` rows, and only by an idle worker.
+-- message waiting in the side table (spilled ones included), or expiry of a lease, in a slot
+-- or put aside (NULL: none). The slots are read whole: at most `capacity` rows, and only by an
+-- idle worker.
 SELECT least(
-    (SELECT min(CASE WHEN state = {side_ready} THEN run_at ELSE lease_until END)
-     FROM {failed} WHERE state IN ({side_ready}, {side_leased})),
+    (SELECT min(CASE WHEN state = {side_leased} THEN lease_until ELSE run_at END)
+     FROM {failed} WHERE state IN ({side_ready}, {side_leased}, {side_spilled})),
     (SELECT min(lease_until) FROM {ring} WHERE state = {slot_leased})) AS due;
 
 -- ring_retry --
@@ -755,7 +764,7 @@ WITH r AS (
 SELECT r.ready + f.ready AS ready, f.scheduled, r.leased + f.leased AS leased,
        r.expired + f.expired AS expired, 0 AS done, f.failed,
        LEAST(r.oldest, f.oldest) AS oldest_ready, statement_timestamp() AS now, r.slots,
-       r.ready + r.leased AS in_slots
+       r.ready + r.leased AS in_slots, f.spilled
 FROM r, f;
 
 -- ring_counters --

@@ -283,7 +283,7 @@ SELECT least((SELECT min(run_at) FROM {meta} WHERE state = {state_ready}),
              (SELECT min(lease_until) FROM {meta} WHERE state = {state_leased})) AS due;
 
 -- split_stats --
--- The columns of dbqueue.rows.StatsRow: slots and in_slots are a ring's, NULL here.
+-- The columns of dbqueue.rows.StatsRow: slots, in_slots and spilled are a ring's, NULL here.
 SELECT count(*) FILTER (WHERE state = {state_ready} AND run_at <= statement_timestamp()),
        count(*) FILTER (WHERE state = {state_ready} AND run_at > statement_timestamp()),
        count(*) FILTER (WHERE state = {state_leased}),

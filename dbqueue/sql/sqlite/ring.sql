@@ -226,7 +226,7 @@ SET (seq, state, attempts, pushed_at, lease_until, last_error{columns}) = (
     FROM {failed} AS f, {push_seq_rel} AS n WHERE f.id = :id)
 WHERE slot = (SELECT value FROM {push_seq_rel}) % :capacity AND state = {slot_empty}
   AND seq = (SELECT value FROM {push_seq_rel}) - :capacity
-  AND EXISTS (SELECT 1 FROM {failed} WHERE id = :id AND state = {side_ready})
+  AND EXISTS (SELECT 1 FROM {failed} WHERE id = :id AND state IN ({side_ready}, {side_spilled}))
 RETURNING seq AS number;
 DELETE FROM {failed} WHERE id = :id AND json_array_length(:ids) > 0;
 UPDATE {push_seq_rel} SET value = value + json_array_length(:ids);
@@ -234,8 +234,8 @@ UPDATE {push_seq_rel} SET value = value + json_array_length(:ids);
 -- ring_next_due --
 -- See postgresql/ring.sql (SQLite's two-argument min() is NULL if either is).
 SELECT CASE WHEN l IS NULL OR s < l THEN s ELSE l END AS due
-FROM (SELECT (SELECT min(CASE WHEN state = {side_ready} THEN run_at ELSE lease_until END)
-              FROM {failed} WHERE state IN ({side_ready}, {side_leased})) AS s,
+FROM (SELECT (SELECT min(CASE WHEN state = {side_leased} THEN lease_until ELSE run_at END)
+              FROM {failed} WHERE state IN ({side_ready}, {side_leased}, {side_spilled})) AS s,
              (SELECT min(lease_until) FROM {ring} WHERE state = {slot_leased}) AS l);
 
 -- ring_retry --

@@ -174,7 +174,7 @@ FROM (SELECT (SELECT min(run_at) FROM {meta} WHERE state = {state_ready}) AS r,
              (SELECT min(lease_until) FROM {meta} WHERE state = {state_leased}) AS l);
 
 -- split_stats --
--- The columns of dbqueue.rows.StatsRow: slots and in_slots are a ring's, NULL here.
+-- The columns of dbqueue.rows.StatsRow: slots, in_slots and spilled are a ring's, NULL here.
 SELECT coalesce(sum(state = {state_ready} AND run_at <= :now), 0),
        coalesce(sum(state = {state_ready} AND run_at > :now), 0),
        coalesce(sum(state = {state_leased}), 0),
