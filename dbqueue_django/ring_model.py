@@ -12,19 +12,22 @@ from django.db.models.base import ModelBase
 from dbqueue.errors import InvalidSpec
 from dbqueue.message import State
 from dbqueue.ring import SlotState
+from dbqueue.ring.states import SideState
 from dbqueue.schema import FAILED_BASE_COLUMNS, RING_BASE_COLUMNS
 from dbqueue.spec import index_name
+from dbqueue_django.generated import bind_to_module
 from dbqueue_django.slots import RingSlots
 from dbqueue_django.spec import options_of, payload_fields
 
 SLOT_STATES = [(int(s), s.name.lower()) for s in SlotState]
 #: The states of a row of the side table (the failed model): waiting to be pushed again at the
 #: tail (a retry's back-off, or put aside by a pusher or the sweeper), a lease a pusher moved
-#: aside, failed for good.
+#: aside, failed for good, and spilled (pushed while the ring was full: its overflow).
 SIDE_STATES = [
-    (int(State.READY), "waiting"),
-    (int(State.LEASED), "leased aside"),
-    (int(State.FAILED), "failed"),
+    (int(SideState.READY), "waiting"),
+    (int(SideState.LEASED), "leased aside"),
+    (int(SideState.FAILED), "failed"),
+    (int(SideState.SPILLED), "spilled"),
 ]
 #: The columns of every slot table, and of every failed table, besides the payload.
 RING_BASE_FIELDS = RING_BASE_COLUMNS
@@ -36,8 +39,8 @@ def make_failed_model(
 ) -> type[models.Model]:
     """Create and register ``<Model>Failed`` (table ``<table>_failed``): the ring's side table,
     the messages out of the ring keyed by their number (failed for good, waiting out a retry's
-    back-off, leased aside), with copies of the ring's ``payload`` fields (made before the
-    ring's own become nullable)."""
+    back-off, leased aside, spilled from a full ring), with copies of the ring's ``payload``
+    fields (made before the ring's own become nullable)."""
     opts = ring_model._meta
 
     class Meta:

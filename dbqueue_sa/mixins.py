@@ -95,7 +95,8 @@ class _QueueBase:
 
     #: Queue options (see :class:`dbqueue.QueueOptions`): ``max_attempts``, ``lease``,
     #: ``backoff``, ``notify_interval``..., for a split queue ``keep_done``, and for a ring
-    #: ``capacity`` (required), ``push_timeout``, ``hole_timeout``, ``stranded_after``.
+    #: ``capacity`` (required), ``when_full``, ``push_timeout``, ``hole_timeout``,
+    #: ``stranded_after``.
     __queue_options__: ClassVar[dict[str, Any]] = {}
     #: The validated core spec, set when the class is mapped.
     __queue_spec__: ClassVar[QueueSpec]

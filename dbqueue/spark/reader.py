@@ -26,6 +26,7 @@ from dbqueue.discovery import FoundQueue
 from dbqueue.errors import InvalidArgument, InvalidPayload
 from dbqueue.message import State
 from dbqueue.ring import ITEM_STATES
+from dbqueue.ring.states import SideState
 from dbqueue.spark.catalog import run, statements
 from dbqueue.spark.connection import connect
 from dbqueue.spark.types import arrow_type
@@ -38,12 +39,13 @@ MAX_PARTITIONS = 64
 SPLIT_STATES = {s.name.lower(): int(s) for s in State}
 #: A ring's messages by the state a read names them with: in its slots (ready, leased), and in
 #: its side table (leased: moved aside by a pusher; retrying: waiting out a back-off or put
-#: aside to be pushed again; failed).
+#: aside to be pushed again; failed; spilled: pushed while the ring was full, waiting for room).
 RING_SLOT_STATES = {name: int(value) for name, value in ITEM_STATES.items()}
 RING_SIDE_STATES = {
     "leased": int(State.LEASED),
     "retrying": int(State.READY),
     "failed": int(State.FAILED),
+    "spilled": int(SideState.SPILLED),
 }
 RING_STATES = [*RING_SLOT_STATES, *(s for s in RING_SIDE_STATES if s not in RING_SLOT_STATES)]
 #: Rounds a numeric to its Spark scale as Spark's JDBC source does (half up); room for any

@@ -8,7 +8,7 @@ option                      meaning                                             
 ``url`` or ``dsn``          the PostgreSQL database (URL or libpq string)           required
 ``queue``                   the queue's table name                                  required
 ``state``                   batch read: comma list (ready, leased, done, failed;    all
-                            a ring: ready, leased, retrying, failed)
+                            a ring: ready, leased, retrying, failed, spilled)
 ``finishedBefore``          batch read of done/failed items: finished before this   —
                             ISO-8601 time
 ``numPartitions``           batch read: id ranges read in parallel; stream: the     rows/100k
@@ -21,7 +21,10 @@ option                      meaning                                             
                             item leased that many times)
 ``keepDone``                stream: the queue keeps done items (``keep_done``):     false
                             acks mark them done for the archive job
-``pushTimeoutSeconds``      write to a ring: how long to wait for free slots        60
+``whenFull``                write to a ring: what a push that finds it full does    wait
+                            (spill, raise, wait: the queue's ``when_full``)
+``pushTimeoutSeconds``      write to a ring, whenFull wait: how long to wait for    60
+                            free slots
 ``maxPayloadBytes``         write: the largest payload accepted                     262144
 ==========================  ======================================================  =========
 """
@@ -42,7 +45,7 @@ from dbqueue.spark.reader import QueueReader, parse_states, parse_time
 from dbqueue.spark.stream import QueueStream
 from dbqueue.spark.types import plan_write, read_schema
 from dbqueue.spark.writer import QueueWriter
-from dbqueue.spec import QueueOptions
+from dbqueue.spec import QueueOptions, WhenFull
 
 DEFAULT_MAX_PER_BATCH = 10_000
 DEFAULT_LEASE = dt.timedelta(seconds=300)
@@ -114,11 +117,18 @@ class DBQueueDataSource(DataSource):
             payload = int_option(self.options, "maxPayloadBytes", defaults.max_payload_bytes)
             # The queue's behaviour that the database does not record: what the caller says
             # it is (the application declares it in its model or spec).
+            # A Spark write is a pipeline: by default it waits for room (backpressure).
+            when_full = (self.options.get("whenFull") or WhenFull.WAIT).lower()
+            if when_full not in set(WhenFull):
+                raise InvalidArgument(
+                    f"dbqueue: option whenFull must be one of {', '.join(WhenFull)}, "
+                    f"got {self.options.get('whenFull')!r}"
+                )
+            timeout = seconds_option(self.options, "pushTimeoutSeconds", DEFAULT_PUSH_TIMEOUT)
             options = QueueOptions(
                 max_payload_bytes=payload or defaults.max_payload_bytes,
-                push_timeout=seconds_option(
-                    self.options, "pushTimeoutSeconds", DEFAULT_PUSH_TIMEOUT
-                ),
+                when_full=WhenFull(when_full),
+                push_timeout=timeout if when_full == WhenFull.WAIT else defaults.push_timeout,
                 max_attempts=int_option(self.options, "maxAttempts", defaults.max_attempts)
                 or defaults.max_attempts,
                 keep_done=bool_option(self.options, "keepDone"),

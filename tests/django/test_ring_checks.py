@@ -12,6 +12,7 @@ from django.apps.registry import Apps
 from django.core import checks
 from django.db import connections, models
 
+from dbqueue import WhenFull
 from dbqueue_django.checks import check_ring_capacity
 from dbqueue_django.models import QueueModel, RingQueueModel
 from tests.django.test_checks import dbqueue_errors, isolated, only_error
@@ -109,3 +110,25 @@ def test_a_slot_table_of_another_size_is_a_database_warning(alias: str) -> None:
     assert (warning.id, warning.level, warning.obj) == ("dbqueue.W001", checks.WARNING, Tick)
     assert "declares capacity 8" in warning.msg and "6 slots" in warning.msg
     assert f"(database {alias!r})" in warning.msg and "makemigrations" in (warning.hint or "")
+
+
+def test_when_full_is_declared_like_the_other_options(isolated: Apps) -> None:
+    ring = declare(RingQueueModel, "Spilling", {"capacity": 8, "when_full": "raise"},
+                   n=models.IntegerField())  # fmt: skip
+    assert dbqueue_errors(isolated) == []
+    assert ring.queue.spec.options.when_full_mode is WhenFull.RAISE
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"capacity": 8, "when_full": "block"}, "when_full must be one of 'spill', 'raise'"),
+        (
+            {"capacity": 8, "when_full": "spill", "push_timeout": timedelta(seconds=1)},
+            "push_timeout applies to when_full='wait' only",
+        ),
+    ],
+)
+def test_a_bad_when_full(isolated: Apps, options: dict[str, Any], says: str) -> None:
+    ring = declare(RingQueueModel, "Badly", options, n=models.IntegerField())
+    assert says in only_error(isolated, ring).msg

@@ -283,3 +283,24 @@ def test_a_ring_of_many_slots_keeps_them_in_segments() -> None:
     assert constraints(alias) == named
     assert len(slots(alias)) == CAPACITY
     Tick.queue.using(alias).check()
+
+
+# -- the side table's states --------------------------------------------------------------------
+
+
+@pytest.mark.postgresql
+def test_the_spilled_state_is_an_alter_field_that_runs_no_sql() -> None:
+    """The failed models' state choices gained "spilled": makemigrations writes an AlterField
+    per ring (0007 in the test app), and applying it changes nothing in the database."""
+    loader = MigrationLoader(connections["default"])
+    before = loader.project_state(("testapp", "0006_meta_on_delete_cascade"))
+    changes = MigrationAutodetector(before, loader.project_state()).changes(graph=loader.graph)
+    (migration,) = changes["testapp"]
+    assert {(op.model_name, op.name) for op in migration.operations} == {
+        ("ringjobfailed", "state"), ("tickfailed", "state"),
+    }  # fmt: skip
+    assert all(isinstance(op, AlterField) for op in migration.operations)
+    assert all((4, "spilled") in op.field.choices for op in migration.operations)
+    with connections["default"].schema_editor(collect_sql=True, atomic=False) as editor:
+        migration.apply(before.clone(), editor)
+    assert editor.collected_sql == []

@@ -328,3 +328,22 @@ def test_a_ring_refuses_scheduling_columns(
     df = spark.createDataFrame([(1, "x", 3)], "n long, body string, priority int")
     with pytest.raises(Exception, match="column 'priority' is not a field of the queue"):
         write(df, spark_dsn, ring.table)
+
+
+def test_a_write_into_a_full_ring_spills_the_rest_with_when_full_spill(
+    spark: SparkSession, spark_dsn: str, spark_conn: psycopg.Connection[Any], ring: QueueSpec
+) -> None:
+    write(numbers(spark, 1200), spark_dsn, ring.table, whenFull="spill")
+    assert staged(spark_conn, ring) == 0
+    held = spark_conn.execute(f'SELECT count(*) FROM "{ring.table}" WHERE state = 1').fetchone()
+    spilled = spark_conn.execute(
+        f'SELECT count(*) FROM "{ring.failed_table}" WHERE state = 4'
+    ).fetchone()
+    assert (held, spilled) == ((500,), (700,))  # nothing refused: the rest in the overflow
+
+
+def test_an_unknown_when_full_is_refused(
+    spark: SparkSession, spark_dsn: str, ring: QueueSpec
+) -> None:
+    with pytest.raises(Exception, match="option whenFull must be one of spill, raise, wait"):
+        write(numbers(spark, 10), spark_dsn, ring.table, whenFull="block")

@@ -272,3 +272,30 @@ def test_compact_commits_on_its_own_and_keeps_every_message(
     rest = Tick.queue.pop_batch(session, CAPACITY)
     assert [(t.id, t.symbol) for t in rest] == [(n, f"S{i}") for i, n in enumerate(numbers) if i]
     session.commit()
+
+
+def test_a_ring_declared_to_spill_takes_every_push(session: Session) -> None:
+    class Base(DeclarativeBase):
+        pass
+
+    class Spilling(RingQueueMixin, Base):
+        __tablename__ = "sa_tick"  # Tick's table, declared with when_full="spill"
+        __queue_options__ = {"capacity": CAPACITY, "when_full": "spill"}
+        symbol: Mapped[str] = mapped_column(sa.String(12))
+        price: Mapped[Decimal] = mapped_column(sa.Numeric(12, 4))
+        volume: Mapped[int] = mapped_column(default=0)
+        note: Mapped[str | None] = mapped_column(sa.Text())
+
+    numbers = Spilling.queue.push_many(session, [tick(i) for i in range(CAPACITY + 1)])
+    numbers.append(Spilling.queue.push(session, **tick(CAPACITY + 1)))
+    session.commit()
+    assert len(set(numbers)) == CAPACITY + 2
+    stats = Spilling.queue.stats(session)
+    assert (stats["ready"], stats["spilled"], stats["in_slots"]) == (CAPACITY + 2, 2, CAPACITY)
+    session.commit()
+    seen = []
+    while popped := Spilling.queue.pop_batch(session, 4, mode="at_most_once"):
+        seen.extend(t.symbol for t in popped)
+        session.commit()
+    assert seen == [f"S{i}" for i in range(CAPACITY + 2)]
+    assert Spilling.queue.stats(session)["spilled"] == 0

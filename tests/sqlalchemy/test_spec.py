@@ -356,6 +356,13 @@ def test_options_reach_the_spec() -> None:
         ),
         ({"keep_done": "yes"}, False, "keep_done must be True or False, got 'yes'"),
         ({"keep_done": 1}, False, "keep_done must be True or False, got 1"),
+        ({"capacity": 8, "when_full": "block"}, True, "when_full must be one of 'spill', 'raise'"),
+        (
+            {"capacity": 8, "when_full": "raise", "push_timeout": dt.timedelta(1)},
+            True,
+            "push_timeout applies to when_full='wait' only",
+        ),
+        ({"when_full": "raise"}, False, "when_full is an option of ring queues only"),
     ],
     ids=[
         "unknown",
@@ -376,6 +383,9 @@ def test_options_reach_the_spec() -> None:
         "keep-done-on-ring",
         "keep-done-str",
         "keep-done-int",
+        "when-full-unknown",
+        "when-full-with-push-timeout",
+        "when-full-on-split",
     ],
 )
 def test_bad_options(options: Any, ring: bool, says: str) -> None:
