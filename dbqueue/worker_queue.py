@@ -48,6 +48,10 @@ class FrontWorkerQueue(ABC):
     def next_due(self) -> dt.datetime | None:
         return self._front().next_due()
 
+    def oldest_ready_age(self) -> dt.timedelta | None:
+        age: dt.timedelta | None = self._front().stats()["oldest_ready_age"]
+        return age
+
     def compact(self) -> CompactResult | None:
         return self._front().compact_if_grown()
 

@@ -14,14 +14,18 @@ fails are fenced by lease tokens, so a late settle cannot touch a redelivered co
 :class:`~dbqueue.errors.DBQueueError` (a missing table, a bad argument) stops the worker and is
 raised from :meth:`Worker.run`.
 
-The package by concern: :mod:`~dbqueue.worker.consumer` (what a worker runs: consumers, the
+The package by concern: :mod:`~dbqueue.worker.consumer` (what a worker runs: consumers, chores, the
 queue protocol, its tallies), :mod:`~dbqueue.worker.loop` (the threads' fetch-handle-settle
 loop), :mod:`~dbqueue.worker.handling` (running handlers and settling their items),
-:mod:`~dbqueue.worker.maintenance` (rescue, compaction, lease heartbeats) and
+:mod:`~dbqueue.worker.maintenance` (rescue, compaction, chores, the worker's heartbeat),
+:mod:`~dbqueue.worker.leases` (the thread extending leases and touching the health file),
+:mod:`~dbqueue.worker.summary` (the periodic INFO line), :mod:`~dbqueue.worker.heartbeat`
+(what the worker reports of itself) and
 :mod:`~dbqueue.worker.signals` (SIGTERM and SIGINT, and the one hard exit).
 """
 
-from dbqueue.worker.consumer import Consumer, WorkerQueue, WorkerStats
+from dbqueue.worker.consumer import Chore, Consumer, WorkerQueue, WorkerStats
+from dbqueue.worker.heartbeat import Heartbeat, QueueActivity, WorkerReport
 from dbqueue.worker.loop import Worker
 from dbqueue.worker.state import BURST_RECONNECT_FOR, REFUSED_ERROR, RETRY_MAX
 
@@ -29,8 +33,12 @@ __all__ = [
     "BURST_RECONNECT_FOR",
     "REFUSED_ERROR",
     "RETRY_MAX",
+    "Chore",
     "Consumer",
+    "Heartbeat",
+    "QueueActivity",
     "Worker",
     "WorkerQueue",
+    "WorkerReport",
     "WorkerStats",
 ]

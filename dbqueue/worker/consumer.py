@@ -1,5 +1,5 @@
-"""What a worker runs: consumers (a queue and its handler), the queue protocol the adapters
-implement, and the tallies of a run."""
+"""What a worker runs: consumers (a queue and its handler), chores (periodic work besides),
+the queue protocol the adapters implement, and the tallies of a run."""
 
 from __future__ import annotations
 
@@ -67,6 +67,9 @@ class WorkerQueue(Protocol):
         """When the queue next has work that no push announces (a delay or a back-off ends, a
         lease expires); None if there is none."""
 
+    def oldest_ready_age(self) -> dt.timedelta | None:
+        """How long the queue's oldest ready item has waited; None if none is ready."""
+
     def compact(self) -> CompactResult | None:
         """Compact the queue's tables if they grew (a long transaction keeps vacuum from
         removing their dead versions; see dbqueue.compaction); None if it was not due."""
@@ -88,6 +91,28 @@ class Consumer:
         size = self.batch_size
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise InvalidArgument(f"batch_size must be a positive int, got {size!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Chore:
+    """Work the maintenance thread does besides rescue and compaction: once when the worker
+    starts (a burst too), then every ``every`` seconds while it runs.
+
+    ``run`` works on the maintenance thread's own connection and returns what to log at INFO
+    (None: nothing); an exception is logged as a warning, and the chore is tried again at its
+    next turn. ``disconnect`` closes that connection (after a failure, and when the worker
+    stops).
+    """
+
+    name: str
+    every: float
+    run: Callable[[], str | None]
+    disconnect: Callable[[], None]
+
+    def __post_init__(self) -> None:
+        every = self.every
+        if isinstance(every, bool) or not isinstance(every, int | float) or not every > 0:
+            raise InvalidArgument(f"a chore's every must be positive seconds, got {every!r}")
 
 
 @dataclass(slots=True)

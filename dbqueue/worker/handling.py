@@ -13,6 +13,7 @@ from dbqueue.error_text import storable_error
 from dbqueue.errors import DBQueueError
 from dbqueue.message import State
 from dbqueue.outage import is_outage
+from dbqueue.tracing import handle_span
 from dbqueue.wakeup import quietly
 from dbqueue.worker.consumer import Consumer, WorkerQueue
 from dbqueue.worker.state import REFUSED_ERROR, InFlight, Retry, WorkerBase, log
@@ -31,27 +32,39 @@ class Handling(WorkerBase):
         ok: list[Any] = []
         failed: list[Any] = []
         errors: list[str] = []
+        durations: list[float] = []  # seconds per handler call, for the metrics
+        table = getattr(consumer.queue, "table", consumer.queue.name)  # how spans name it
         try:
             # BaseException: a handler calling sys.exit() fails its item, not the thread.
-            # (KeyboardInterrupt cannot reach a worker thread: run() handles SIGINT.)
+            # A KeyboardInterrupt here is the handler's own (run() handles SIGINT in the main
+            # thread): it fails the item too.
             if consumer.batch:
                 inflight.started = len(items)
-                try:
-                    consumer.handle(list(items))
-                    ok = list(items)
-                except BaseException:
-                    failed, errors = list(items), [traceback.format_exc()] * len(items)
+                with handle_span(table) as span:
+                    span.ids([item.id for item in items])
+                    try:
+                        consumer.handle(list(items))
+                        ok = list(items)
+                    except BaseException as exc:
+                        failed, errors = list(items), [traceback.format_exc()] * len(items)
+                        span.failed(exc)
+                durations.append(time.monotonic() - start)
             else:
                 for index, item in enumerate(items):
                     if self._releasing.is_set():  # stopping: the rest go back unstarted
                         break
                     inflight.started = index + 1
-                    try:
-                        consumer.handle(item)
-                        ok.append(item)
-                    except BaseException:
-                        failed.append(item)
-                        errors.append(traceback.format_exc())
+                    called = time.monotonic()
+                    with handle_span(table) as span:
+                        span.ids([item.id])
+                        try:
+                            consumer.handle(item)
+                            ok.append(item)
+                        except BaseException as exc:
+                            failed.append(item)
+                            errors.append(traceback.format_exc())
+                            span.failed(exc)
+                    durations.append(time.monotonic() - called)
             handled = time.monotonic()
             self._release(consumer.queue, inflight.unstarted())
             states = self._settle(consumer.queue, [], failed, errors, retry) if failed else {}
@@ -64,7 +77,11 @@ class Handling(WorkerBase):
             self.stats.failed += final
             self.stats.retried += again
             self.stats.batches += 1
-        log.info(
+        self.activity.add(consumer.queue, len(ok), len(failed))
+        self.tallies.handled(
+            consumer.queue.name, ok=len(ok), retried=again, failed=final, durations=durations
+        )
+        log.debug(  # at INFO: the summary line every summary_every seconds
             "queue %s: %d item(s), %d ok, %d failed; handler %.1f ms, fail %.1f ms",
             consumer.queue.name,
             len(items),
@@ -192,6 +209,7 @@ class Handling(WorkerBase):
             return
         with self._lock:
             self.stats.lost_leases += lost
+        self.tallies.lost(queue.name, lost)
         log.warning(
             "queue %s: %d lease(s) had expired before the batch was settled; those items "
             "were or will be delivered again (raise the queue's lease?)",

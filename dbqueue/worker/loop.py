@@ -4,33 +4,64 @@ due or a push notifies, and the run that starts and stops everything."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import signal
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from dbqueue.errors import DBQueueError, InvalidArgument
+from dbqueue.metrics import METRICS_HOST, MetricsServer, require_prometheus, serve_worker
+from dbqueue.scheduler import Clock, utc_now
 from dbqueue.wakeup import Doorbell, Listener, PollPolicy, quietly
-from dbqueue.worker.consumer import Consumer, WorkerQueue, WorkerStats
+from dbqueue.worker.consumer import Chore, Consumer, WorkerQueue, WorkerStats
 from dbqueue.worker.handling import Handling
+from dbqueue.worker.heartbeat import Activity, Heartbeat
+from dbqueue.worker.leases import Leases
 from dbqueue.worker.maintenance import Maintenance
+from dbqueue.worker.scheduling import schedule_chores
 from dbqueue.worker.signals import Signals
 from dbqueue.worker.state import BURST_RECONNECT_FOR, Due, InFlight, Pending, Retry, log
+from dbqueue.worker.tallies import Tallies
 
 #: Seconds between two looks at when work falls due, for an idle thread that polls (the look
 #: is one query per queue; a thread about to sleep longer always looks first).
 DUE_RECHECK = 1.0
+#: Seconds between two summary lines at INFO unless told otherwise.
+SUMMARY_EVERY = 60.0
+#: The shortest default interval between two rescues, in seconds: a queue with a very short
+#: lease is rescued no more than once a second per worker.
+RESCUE_FLOOR = 1.0
 #: Seconds an idle thread sleeps past an item's due time (timestamps have microseconds, and the
 #: statement that takes the item must see it due).
 DUE_MARGIN = 0.005
 
 
-class Worker(Handling, Maintenance, Signals):
+class Worker(Handling, Maintenance, Leases, Signals):
     """Runs consumers until stopped (a signal, :meth:`stop`), drained (``burst``) or
-    ``max_messages`` items have been handled.
+    ``max_messages`` items have been handled; its maintenance thread does ``chores`` besides.
+
+    Each batch is logged at DEBUG; every ``summary_every`` seconds (0: never) one INFO line
+    sums up what was handled and failed, the rate, and each queue's oldest ready item. A
+    thread of its own (``dbqueue-leases``) extends the leases of the batches in hand every
+    third of their lease, and touches ``health_file`` (if given) every few seconds, for a
+    liveness probe to check its age. Expired leases (a dead worker's items) are rescued every
+    ``rescue_every`` seconds: by default a third of the shortest lease, at least
+    :data:`RESCUE_FLOOR` and at most 30 s; a slow rescue (a large ring) waits longer, twenty
+    times its duration (:func:`~dbqueue.worker.maintenance.rescue_interval`).
 
     Idle threads wait for a notification on the queues' channels (one listener per database)
-    and poll (see :class:`~dbqueue.wakeup.PollPolicy`).
+    and poll (see :class:`~dbqueue.wakeup.PollPolicy`). A ``heartbeat``
+    (:class:`~dbqueue.worker.heartbeat.Heartbeat`) gets what the worker handled per queue over
+    the last minute, every few seconds, from the maintenance thread.
+
+    The maintenance thread also pushes the ticks of the handlers' periodic schedules
+    (:func:`dbqueue.schedules.periodic`), by ``clock`` (the current time, aware; tests inject
+    their own): see :mod:`dbqueue.scheduler`.
+
+    With a ``metrics_port`` (0: any free one) it serves Prometheus metrics on
+    ``metrics_host`` while it runs (:func:`dbqueue.metrics.serve_worker`; the ``metrics`` extra).
     """
 
     def __init__(
@@ -43,6 +74,13 @@ class Worker(Handling, Maintenance, Signals):
         poll: PollPolicy | None = None,
         rescue_every: float | None = None,
         reconnect_for: float | None = None,
+        chores: Sequence[Chore] = (),
+        heartbeat: Heartbeat | None = None,
+        summary_every: float = SUMMARY_EVERY,
+        health_file: str | os.PathLike[str] | None = None,
+        clock: Clock = utc_now,
+        metrics_port: int | None = None,
+        metrics_host: str = METRICS_HOST,
     ) -> None:
         if not consumers:
             raise InvalidArgument("a worker needs at least one queue with a handler")
@@ -58,7 +96,26 @@ class Worker(Handling, Maintenance, Signals):
             or not reconnect_for > 0
         ):
             raise InvalidArgument(f"reconnect_for must be positive seconds, got {reconnect_for!r}")
+        if (
+            isinstance(summary_every, bool)
+            or not isinstance(summary_every, int | float)
+            or not 0 <= summary_every < float("inf")
+        ):
+            raise InvalidArgument(
+                f"summary_every must be seconds, 0 or more (0: no summary), got {summary_every!r}"
+            )
+        if metrics_port is not None:
+            if (
+                isinstance(metrics_port, bool)
+                or not isinstance(metrics_port, int)
+                or not 0 <= metrics_port <= 65535
+            ):
+                raise InvalidArgument(
+                    f"metrics_port must be a TCP port, 0 to 65535, got {metrics_port!r}"
+                )
+            require_prometheus()  # now, not once the worker runs
         self.consumers = list(consumers)
+        self.chores = [*chores, *schedule_chores(self.consumers, clock)]
         self.concurrency = concurrency
         self.burst = burst
         #: Seconds of database errors in a row after which the worker gives up (WorkerGaveUp);
@@ -67,13 +124,30 @@ class Worker(Handling, Maintenance, Signals):
             reconnect_for if reconnect_for is not None or not burst else BURST_RECONNECT_FOR
         )
         self.poll = poll or PollPolicy()
-        # Expired leases come back within one lease time, and at least every 30 s.
+        # A dead worker's items come back a third of a lease after their lease expired (and
+        # an idle thread rescues a queue as soon as one of its leases expires; see _idle).
         shortest = min(c.queue.lease.total_seconds() for c in self.consumers)
-        self.rescue_every = rescue_every if rescue_every is not None else min(30.0, shortest)
+        self.rescue_every = (
+            rescue_every if rescue_every is not None else min(30.0, max(shortest / 3, RESCUE_FLOOR))
+        )
+        self.summary_every = float(summary_every)
+        self.health_file = None if health_file is None else Path(health_file)
         self.stats = WorkerStats()
+        self.heartbeat = heartbeat
+        self.activity = Activity()
+        self.tallies = Tallies()
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        #: The metrics endpoint while the worker runs with a ``metrics_port`` (its ``port``:
+        #: the one it listens on, if ``metrics_port`` was 0).
+        self.metrics: MetricsServer | None = None
         self.doorbell = Doorbell()
-        self.listeners = self._listeners()
-        self._all_notify = all(c.queue.channel is not None for c in self.consumers)
+        # A burst worker ends as soon as its queues are empty, and never waits for a push: no
+        # listener (no connection to open, none to wait for when it ends).
+        self.listeners = [] if burst else self._listeners()
+        self._all_notify = bool(self.listeners) and all(
+            c.queue.channel is not None for c in self.consumers
+        )
         self._budget = max_messages
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -104,10 +178,14 @@ class Worker(Handling, Maintenance, Signals):
     def run(self, *, handle_signals: bool = True) -> WorkerStats:
         """Run until stopped; return the tallies. Raises a fatal :class:`DBQueueError`."""
         start = time.monotonic()
+        if self.metrics_port is not None:
+            self.metrics = serve_worker(self, self.metrics_port, self.metrics_host)
+            log.info("metrics on http://%s:%d/metrics", self.metrics_host, self.metrics.port)
         restore = self._install_signals() if handle_signals else {}
         for listener in self.listeners:
             listener.start()
         maintenance = threading.Thread(target=self._maintain, name="dbqueue-maintenance")
+        leases = threading.Thread(target=self._keep_leases, name="dbqueue-leases")
         threads = [
             threading.Thread(target=self._work, args=(i,), name=f"dbqueue-worker-{i}")
             for i in range(self.concurrency)
@@ -119,6 +197,7 @@ class Worker(Handling, Maintenance, Signals):
         )
         try:
             maintenance.start()
+            leases.start()
             for t in threads:
                 t.start()
             for t in threads:
@@ -128,10 +207,15 @@ class Worker(Handling, Maintenance, Signals):
             self._stopping.set()
             self._done.set()
             maintenance.join()
+            if leases.ident is not None:  # started
+                leases.join()
             for listener in self.listeners:
                 listener.stop()
             for signum, handler in restore.items():
                 signal.signal(signum, handler)
+            if self.metrics is not None:
+                self.metrics.close()
+                self.metrics = None
             self.stats.seconds = time.monotonic() - start
         log.info(
             "worker stopped: %d handled, %d failed, %d attempt(s) to retry, in %d batches, %.1f s",

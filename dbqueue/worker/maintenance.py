@@ -1,15 +1,30 @@
-"""The worker's maintenance thread: rescue expired leases, compact grown tables, and extend
-the leases of batches still being handled."""
+"""The worker's maintenance thread: rescue expired leases, compact grown tables, send the
+worker's heartbeat, log its summary, and do the chores a front adds (Django's task result
+retention). Leases are extended by a thread of their own (:mod:`dbqueue.worker.leases`)."""
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from dbqueue.compaction import BUSY, CHECK_EVERY
 from dbqueue.wakeup import quietly
 from dbqueue.worker.consumer import WorkerQueue
 from dbqueue.worker.state import WorkerBase, log
+from dbqueue.worker.summary import Summary
+from dbqueue.worker.summary import log as summary_log
+
+#: A slow periodic rescue is spaced to this many times its duration: a ring of 200,000 slots
+#: takes 0.4 to 0.5 s to rescue, which every third of a 10-s lease would keep a database
+#: connection busy an eighth of the time, per worker (bench/reports/2026-11-27-lease.md).
+RESCUE_SPACING = 20
+
+
+def rescue_interval(every: float, took: float) -> float:
+    """Seconds from one periodic rescue to the next: ``every``, or :data:`RESCUE_SPACING`
+    times the ``took`` seconds the last one took if that is longer."""
+    return max(every, took * RESCUE_SPACING)
 
 
 class Maintenance(WorkerBase):
@@ -17,25 +32,59 @@ class Maintenance(WorkerBase):
 
     def _maintain(self) -> None:
         queues = {id(c.queue): c.queue for c in self.consumers}
-        shortest = min(q.lease.total_seconds() for q in queues.values())
-        tick = max(min(shortest / 3, self.rescue_every, CHECK_EVERY), 0.05)
-        next_rescue = next_compact = time.monotonic()
+        tick = max(min(self.rescue_every, CHECK_EVERY), 0.05)
+        next_rescue = next_compact = next_beat = time.monotonic()
+        summary = Summary(self.stats, next_rescue)
+        next_summary = next_rescue + self.summary_every
+        beating = True  # the last heartbeat went through (a failure is logged once a run)
+        chores_due = [next_rescue] * len(self.chores)
         try:
+            # Before the loop: a burst that finds nothing to do still does its chores once.
+            self._do_chores(chores_due)
             while not self._done.is_set():
                 now = time.monotonic()
                 if now >= next_rescue and not self._stopping.is_set():
                     for queue in queues.values():
                         self._rescue(queue)
-                    next_rescue = now + self.rescue_every
+                    took = time.monotonic() - now
+                    next_rescue = now + rescue_interval(self.rescue_every, took)
                 if now >= next_compact and not self._stopping.is_set():
                     for queue in queues.values():
                         self._compact(queue)
                     next_compact = now + CHECK_EVERY
-                self._heartbeat()
+                if self.heartbeat is not None and now >= next_beat:
+                    beating = self._beat(queues.values(), beating)
+                    next_beat = now + self.heartbeat.every
+                if self.summary_every and now >= next_summary:
+                    summary_log.info("%s", summary.line(queues.values(), now))
+                    next_summary = now + self.summary_every
+                if not self._stopping.is_set():
+                    self._do_chores(chores_due)
                 self._done.wait(tick)
         finally:
+            if self.heartbeat is not None:
+                self._beat(queues.values(), beating, stopped=True)
             for queue in queues.values():
                 quietly(queue.disconnect)
+            for chore in self.chores:
+                quietly(chore.disconnect)
+
+    def _do_chores(self, due: list[float]) -> None:
+        """Do the chores whose turn it is (``due``: when each is next, on the monotonic
+        clock)."""
+        for index, chore in enumerate(self.chores):
+            now = time.monotonic()
+            if now < due[index]:
+                continue
+            due[index] = now + chore.every
+            try:
+                done = chore.run()
+            except Exception as exc:
+                log.warning("%s failed (%s); tried again in %.0f s", chore.name, exc, chore.every)
+                quietly(chore.disconnect)
+                continue
+            if done:
+                log.info("%s: %s", chore.name, done)
 
     @staticmethod
     def _guarded[T](queue: WorkerQueue, what: str, call: Callable[[], T]) -> T | None:
@@ -52,6 +101,7 @@ class Maintenance(WorkerBase):
         result = self._guarded(queue, "rescue", queue.rescue)
         if result is None:
             return
+        self.tallies.rescued(queue.name, ready=result.ready, failed=result.failed)
         if result.ready or result.failed:
             # Expired leases (and, on a ring, stranded messages): a worker died or overran.
             log.warning(
@@ -93,19 +143,21 @@ class Maintenance(WorkerBase):
                 result.skipped,
             )
 
-    def _heartbeat(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            batches = list(self._inflight.values())
-        for batch in batches:
-            if now - batch.extended_at < batch.queue.lease.total_seconds() / 3:
-                continue
-            try:
-                batch.queue.extend(batch.items)
-                batch.extended_at = now
-            except Exception as exc:
-                log.warning("queue %s: lease extension failed (%s)", batch.queue.name, exc)
-                quietly(batch.queue.disconnect)
+    def _beat(self, queues: Iterable[WorkerQueue], beating: bool, *, stopped: bool = False) -> bool:
+        """Hand the worker's report to its heartbeat; whether it went through. A failure is
+        logged at WARNING after a success, and only at DEBUG while it keeps failing (a
+        database without the heartbeat's table, say): the heartbeat never stops the work."""
+        assert self.heartbeat is not None
+        try:
+            self.heartbeat.beat(self.activity.report(queues, stopped=stopped))
+        except Exception as exc:
+            log.log(
+                logging.WARNING if beating else logging.DEBUG,
+                "the worker's heartbeat failed (%s); it keeps working, and tries again",
+                exc,
+            )
+            return False
+        return True
 
 
 def mib(size: int) -> str:

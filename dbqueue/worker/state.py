@@ -8,12 +8,15 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dbqueue.errors import DBQueueError, WorkerGaveUp
 from dbqueue.outage import is_outage
 from dbqueue.wakeup import Doorbell, Listener, PollPolicy, quietly
-from dbqueue.worker.consumer import Consumer, WorkerQueue, WorkerStats
+from dbqueue.worker.consumer import Chore, Consumer, WorkerQueue, WorkerStats
+from dbqueue.worker.heartbeat import Activity, Heartbeat
+from dbqueue.worker.tallies import Tallies
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -83,12 +86,22 @@ class WorkerBase:
     for what each attribute is)."""
 
     consumers: list[Consumer]
+    chores: list[Chore]
     concurrency: int
     burst: bool
     reconnect_for: float | None
     poll: PollPolicy
     rescue_every: float
+    #: Seconds between two summary lines at INFO (0: none).
+    summary_every: float
+    #: The file the lease thread touches every few seconds (None: none).
+    health_file: Path | None
     stats: WorkerStats
+    #: Where the maintenance thread reports the worker's activity (None: nowhere).
+    heartbeat: Heartbeat | None
+    activity: Activity
+    #: What it did per queue since it started, for its metrics.
+    tallies: Tallies
     doorbell: Doorbell
     listeners: list[Listener]
     _budget: int | None

@@ -1,0 +1,75 @@
+"""The lease keeper: a thread of its own (``dbqueue-leases``) that extends the leases of the
+batches being handled every third of their lease, and touches the worker's health file.
+
+It does nothing else, so neither a slow handler nor a long maintenance chore (a compaction, a
+rescue of a large ring) can let a lease lapse while its item is still being worked on; and a
+health file it keeps fresh says the worker's process and threads are running."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from dbqueue.wakeup import quietly
+from dbqueue.worker.state import WorkerBase, log
+
+#: Seconds between two touches of the health file: a probe allows a few times this.
+HEALTH_EVERY = 5.0
+#: The lease thread's longest sleep, in seconds (it also wakes up when the worker stops).
+LEASE_TICK_MAX = 1.0
+
+
+class Leases(WorkerBase):
+    """The lease part of :class:`~dbqueue.worker.Worker`."""
+
+    def _keep_leases(self) -> None:
+        """The lease thread: extend what is in hand and touch the health file until the
+        worker is done; then close the thread's connections."""
+        queues = {id(c.queue): c.queue for c in self.consumers}
+        shortest = min(q.lease.total_seconds() for q in queues.values())
+        # A sixth of the shortest lease: a batch is extended between a third and a half of
+        # its lease after the last extension, well before it lapses.
+        tick = max(min(shortest / 6, LEASE_TICK_MAX), 0.01)
+        next_touch = time.monotonic()
+        touching = True  # the last touch went through (a failure is logged once a run)
+        try:
+            while not self._done.is_set():
+                self._extend_leases()
+                now = time.monotonic()
+                if self.health_file is not None and now >= next_touch:
+                    touching = touch(self.health_file, touching)
+                    next_touch = now + HEALTH_EVERY
+                self._done.wait(tick)
+        finally:
+            for queue in queues.values():
+                quietly(queue.disconnect)
+
+    def _extend_leases(self) -> None:
+        """Extend the leases of the batches in hand whose last extension (or pop) is a third
+        of their lease old."""
+        now = time.monotonic()
+        with self._lock:
+            batches = list(self._inflight.values())
+        for batch in batches:
+            if now - batch.extended_at < batch.queue.lease.total_seconds() / 3:
+                continue
+            try:
+                batch.queue.extend(batch.items)
+                batch.extended_at = now
+            except Exception as exc:
+                log.warning("queue %s: lease extension failed (%s)", batch.queue.name, exc)
+                quietly(batch.queue.disconnect)
+
+
+def touch(path: Path, touching: bool = True) -> bool:
+    """Set ``path``'s modification time to now, creating the file if need be; whether that
+    went through. A failure (a read-only or missing directory) is logged at WARNING after a
+    success, at DEBUG while it keeps failing: a probe reading the file fails, as it should."""
+    try:
+        path.touch()
+    except OSError as exc:
+        level = logging.WARNING if touching else logging.DEBUG
+        log.log(level, "could not touch the health file %s (%s)", path, exc)
+        return False
+    return True
