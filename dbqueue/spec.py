@@ -118,12 +118,18 @@ class Field:
         return self.default() if callable(self.default) else self.default
 
 
+#: The default lease: a killed worker's items come back within 10 to 14 s (its lease left,
+#: then the next rescue), while a live worker extends what it holds every third of it
+#: (bench/reports/2026-11-27-lease.md).
+DEFAULT_LEASE = timedelta(seconds=10)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueOptions:
     """Per-queue behaviour. Every option has a default suited to a typical job queue."""
 
     max_attempts: int = 5
-    lease: timedelta = timedelta(seconds=60)
+    lease: timedelta = DEFAULT_LEASE
     backoff: Backoff = field(default_factory=Backoff)
     max_payload_bytes: int = 256 * 1024
     push_many_batch: int = 1000
@@ -208,16 +214,6 @@ class QueueOptions:
         if self.keep_done and capacity is not None:
             raise InvalidSpec(f"keep_done is an option of split queues only; {SPLIT_HINT}")
 
-
-#: The option names a declaration may set (``aware_datetimes`` comes from the framework).
-OPTION_NAMES = frozenset(QueueOptions.__dataclass_fields__) - {"aware_datetimes"}
-#: The options that only a ring queue has (capacity is also required there).
-RING_OPTIONS = frozenset(
-    {"capacity", "push_timeout", "when_full", "hole_timeout", "stranded_after"}
-)
-#: The options that only a split queue has: a ring reuses its slots, so it keeps nothing.
-SPLIT_OPTIONS = frozenset({"keep_done"})
-
     @property
     def when_full_mode(self) -> WhenFull:
         """What a push into a full ring does: ``when_full``, or if it is not declared "wait"
@@ -245,6 +241,16 @@ SPLIT_OPTIONS = frozenset({"keep_done"})
                 f"or declare when_full='wait'"
             )
         object.__setattr__(self, "when_full", value)
+
+
+#: The option names a declaration may set (``aware_datetimes`` comes from the framework).
+OPTION_NAMES = frozenset(QueueOptions.__dataclass_fields__) - {"aware_datetimes"}
+#: The options that only a ring queue has (capacity is also required there).
+RING_OPTIONS = frozenset(
+    {"capacity", "push_timeout", "when_full", "hole_timeout", "stranded_after"}
+)
+#: The options that only a split queue has: a ring reuses its slots, so it keeps nothing.
+SPLIT_OPTIONS = frozenset({"keep_done"})
 
 
 def _refuse_options(
@@ -293,7 +299,7 @@ def options_from(
     backoff = values.get("backoff")
     if backoff is not None and not isinstance(backoff, Backoff):
         raise InvalidSpec(f"{label}.backoff must be a dbqueue.Backoff")
-    lease = values.get("lease", timedelta(seconds=60))
+    lease = values.get("lease", DEFAULT_LEASE)
     if not isinstance(lease, timedelta):
         raise InvalidSpec(f"{label}.lease must be a timedelta")
     try:

@@ -56,7 +56,7 @@ class OrderConfirmation(QueueMixin, Base):
     the delivery state."""
 
     __tablename__ = "shop_order_confirmation"
-    __queue_options__ = {"max_attempts": 5, "lease": dt.timedelta(seconds=60)}
+    __queue_options__ = {"max_attempts": 5}
 
     order_id: Mapped[int] = mapped_column(sa.BigInteger())
     email: Mapped[str] = mapped_column(sa.String(254))  # a longer one is refused at push
