@@ -407,3 +407,23 @@ def stage_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
         f"    staged_at timestamp with time zone NOT NULL DEFAULT statement_timestamp()"
         f"{payload}\n)"
     ]
+
+
+#: The table of periodic schedules (:mod:`dbqueue.scheduler`): one row per schedule name,
+#: shared by every queue of the database.
+SCHEDULE_TABLE = "dbqueue_schedule"
+#: Its columns, in order.
+SCHEDULE_COLUMNS = ("name", "queue", "expression", "timezone", "since", "last_tick", "next_tick")
+
+
+def schedule_statements(dialect: Dialect) -> list[str]:
+    """CREATE TABLE for the schedule table, if it is missing. ``since``: when the schedule
+    (with this expression and zone) was first declared, its first tick's lower bound;
+    ``last_tick``: the last tick pushed; ``next_tick``: the one after it, for operators."""
+    ts = "timestamp with time zone" if dialect.supports_storage_parameters else "datetime"
+    return [
+        f"CREATE TABLE IF NOT EXISTS {dialect.quote(SCHEDULE_TABLE)} (\n"
+        f"    name varchar(200) NOT NULL PRIMARY KEY,\n    queue varchar(255) NOT NULL,\n"
+        f"    expression varchar(200) NOT NULL,\n    timezone varchar(64) NOT NULL,\n"
+        f"    since {ts} NOT NULL,\n    last_tick {ts} NULL,\n    next_tick {ts} NULL\n)"
+    ]

@@ -58,6 +58,24 @@ class FrontWorkerQueue(ABC):
     def release(self, items: Sequence[Any]) -> list[int]:
         return self._front().release(items)
 
+    def on_connection[T](self, work: Callable[[Executor], T]) -> T:
+        """``work(ex)`` on the calling thread's connection (see
+        :class:`dbqueue.scheduler.ScheduleTarget`)."""
+        _, ex = self._front()._bind()
+        return work(ex)
+
+    def push_if_claimed(
+        self, claim: Callable[[Executor], bool], payload: Callable[[], Mapping[str, Any]]
+    ) -> int | None:
+        """Push ``payload()`` in one transaction with ``claim(ex)``, if the claim takes: a
+        schedule's tick (see :class:`dbqueue.scheduler.ScheduleTarget`)."""
+        front = self._front()
+        core, ex = front._bind()
+        with ex.atomic():
+            if not claim(ex):
+                return None
+            return core.push(ex, front._payload(payload()))
+
 
 class ExecutorQueue(FrontWorkerQueue):
     """Implements :class:`dbqueue.worker.WorkerQueue` over executors made by ``connect``

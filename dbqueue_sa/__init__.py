@@ -24,6 +24,7 @@ from dbqueue_sa.handlers import handler
 from dbqueue_sa.mixins import QueueMixin, RingQueueMixin, queue_classes
 from dbqueue_sa.queue import SAQueue
 from dbqueue_sa.ring_queue import RingSAQueue
+from dbqueue_sa.schedules import schedule_table
 from dbqueue_sa.worker import build_worker
 
 #: A JSON payload column stored as ``jsonb`` on PostgreSQL (what Django's JSONField and the
@@ -39,6 +40,7 @@ __all__ = [
     "build_worker",
     "handler",
     "queue_classes",
+    "schedule_table",
 ]
 
 

@@ -37,9 +37,10 @@ from dbqueue_sa.cli.common import (
     Subcommand,
     configure_logging,
 )
+from dbqueue_sa.cli.health import SUBCOMMAND as HEALTH
 from dbqueue_sa.cli.maintenance import PURGE, RETRY
+from dbqueue_sa.cli.schedules import SUBCOMMAND as SCHEDULES
 from dbqueue_sa.cli.stats import SUBCOMMAND as STATS
-from dbqueue_sa.cli.stats import render_table
 from dbqueue_sa.cli.work import SUBCOMMAND as WORKER
 
 __all__ = [

@@ -1,0 +1,35 @@
+"""The chore that pushes the ticks of the handlers' periodic schedules (see
+:mod:`dbqueue.scheduler`), on the maintenance thread."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dbqueue.errors import InvalidArgument
+from dbqueue.scheduler import CHECK_EVERY, Clock, Scheduler, ScheduleTarget
+from dbqueue.schedules import schedules_of
+from dbqueue.worker.consumer import Chore, Consumer
+
+
+def schedule_chores(consumers: Sequence[Consumer], clock: Clock) -> list[Chore]:
+    """A chore pushing the ticks of the schedules declared on the consumers' handlers into
+    their queues (none without schedules). Raises InvalidArgument for a schedule whose queue
+    cannot take a scheduled push, InvalidSpec for two schedules of one name."""
+    pairs = []
+    for consumer in consumers:
+        for schedule in schedules_of(consumer.handle):
+            target = consumer.queue
+            if not hasattr(target, "push_if_claimed"):
+                raise InvalidArgument(
+                    f"schedule {schedule.name!r}: queue {target.name} cannot take scheduled "
+                    f"pushes (its worker queue has no push_if_claimed)"
+                )
+            pairs.append((schedule, _as_target(target)))
+    if not pairs:
+        return []
+    scheduler = Scheduler(pairs, clock=clock)
+    return [Chore("schedules", CHECK_EVERY, scheduler.run, scheduler.disconnect)]
+
+
+def _as_target(queue: object) -> ScheduleTarget:
+    return queue  # type: ignore[return-value]  # checked by hasattr above
