@@ -160,3 +160,8 @@ class RingCapacityMismatch(DBQueueError):
 
 class RingNotEmpty(DBQueueError):
     """A ring's slots cannot be replaced (a capacity change) while it holds messages."""
+
+
+class MetricsUnavailable(DBQueueError):
+    """A worker was asked for metrics it cannot serve: the ``metrics`` extra
+    (``prometheus_client``) is not installed, or the metrics port cannot be listened on."""

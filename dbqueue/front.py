@@ -32,6 +32,7 @@ from dbqueue.message import DeliveryMode, Message, RescueResult, SelectorLike, S
 from dbqueue.ring import RingQueue
 from dbqueue.spec import QueueSpec
 from dbqueue.split import SplitQueue
+from dbqueue.tracing import push_span
 
 #: A core queue of either layout: both have the same operations.
 AnyQueue = SplitQueue | RingQueue
@@ -124,7 +125,12 @@ class FrontQueue[M](ABC):
     ) -> int:
         """Enqueue one item in the caller's transaction; return its id."""
         core, ex = self._bind()
-        return core.push(ex, self._payload(payload), priority=priority, delay=delay, run_at=run_at)
+        with push_span(core.spec.table) as span:
+            pushed = core.push(
+                ex, self._payload(payload), priority=priority, delay=delay, run_at=run_at
+            )
+            span.ids([pushed])
+        return pushed
 
     def push_many(
         self,
@@ -139,9 +145,12 @@ class FrontQueue[M](ABC):
         validated first; nothing is written if any is invalid."""
         payloads = [self._payload(r) for r in payload_rows(rows)]
         core, ex = self._bind()
-        return core.push_many(
-            ex, payloads, priority=priority, delay=delay, run_at=run_at, batch_size=batch_size
-        )
+        with push_span(core.spec.table) as span:
+            ids = core.push_many(
+                ex, payloads, priority=priority, delay=delay, run_at=run_at, batch_size=batch_size
+            )
+            span.ids(ids)
+        return ids
 
     def pop_batch(
         self,

@@ -55,6 +55,19 @@ class FrontWorkerQueue(ABC):
     def compact(self) -> CompactResult | None:
         return self._front().compact_if_grown()
 
+    @property
+    def table(self) -> str:
+        """The queue's table: how spans name it (:mod:`dbqueue.tracing`)."""
+        return self._front().spec.table
+
+    def stats(self) -> dict[str, Any]:
+        """The queue's :meth:`~dbqueue.front.FrontQueue.stats` (what a metrics scrape reads)."""
+        return self._front().stats()
+
+    def pushed(self) -> int:
+        """The queue's :meth:`~dbqueue.front.FrontQueue.pushed`."""
+        return self._front().pushed()
+
     def release(self, items: Sequence[Any]) -> list[int]:
         return self._front().release(items)
 
