@@ -1,5 +1,6 @@
 """Pieces every front end's command line shares (``manage.py runqueueworker``, the
-``dbqueue`` command): argument types, the archive job's arguments and where dbqueue's logs go."""
+``dbqueue`` command): argument types, the archive job's arguments, how queue stats are shown
+and where dbqueue's logs go."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import argparse
 import logging
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from typing import Any
+
+from dbqueue.health import MAX_AGE
+from dbqueue.worker.loop import SUMMARY_EVERY
 
 #: Rows per delete transaction of the archive job (see dbqueue.spark.archive).
 ARCHIVE_BATCH_SIZE = 1000
@@ -38,6 +44,69 @@ def positive_float(value: str) -> float:
     if not 0 < x < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
     return x
+
+
+def non_negative_float(value: str) -> float:
+    """An argparse type: a finite number, 0 or more (seconds; 0 usually turns a thing off)."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not 0 <= x < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive number, got {value}")
+    return x
+
+
+def port(value: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got {n}")
+    return n
+
+
+def worker_ops_arguments(parser: argparse.ArgumentParser) -> None:
+    """The worker options every worker command shares: its summary line, health file and
+    metrics port."""
+    parser.add_argument(
+        "--summary-every",
+        type=non_negative_float,
+        default=SUMMARY_EVERY,
+        metavar="SECONDS",
+        help=f"log a summary at INFO every SECONDS: handled, failed, rate, oldest ready item "
+        f"(default {SUMMARY_EVERY:.0f}; 0: never). Each batch is logged at DEBUG",
+    )
+    parser.add_argument(
+        "--health-file",
+        default=None,
+        metavar="PATH",
+        help="touch PATH every few seconds while the worker runs, for a liveness probe to "
+        "check its age",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=port,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on PORT while the worker runs (needs the metrics "
+        "extra: pip install 'dbqueue[metrics]')",
+    )
+
+
+def health_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options both fronts' health commands share: ``--max-age`` and ``--json``."""
+    parser.add_argument(
+        "--max-age",
+        type=positive_float,
+        default=MAX_AGE.total_seconds(),
+        metavar="SECONDS",
+        help=f"the oldest ready item may have waited this long (default "
+        f"{MAX_AGE.total_seconds():.0f})",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of lines")
 
 
 def duration(value: str) -> timedelta:
@@ -89,12 +158,47 @@ def archive_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def stats_json(stats: Mapping[str, Any]) -> dict[str, Any]:
+    """A queue's ``stats()`` as JSON values: the same keys for a split queue and a ring (a split
+    queue's ``capacity`` and ``occupancy`` are null), ``oldest_ready_age`` in seconds."""
+    age = stats["oldest_ready_age"]
+    return {
+        "capacity": None,
+        "occupancy": None,
+        **stats,
+        "oldest_ready_age": None if age is None else age.total_seconds(),
+    }
+
+
+def spilled_text(row: Mapping[str, Any]) -> str:
+    """A stats table's ``spilled`` cell: a ring's spilled messages (counted in ready too), "-"
+    for a split queue, which has none."""
+    spilled = row.get("spilled")
+    return "-" if spilled is None else f"{spilled:,}"
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: int = 2) -> str:
+    """Columns padded to their widest cell; the first ``left`` (names) left-aligned, the rest
+    (numbers) right-aligned."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join(line(r) for r in [headers, *rows])
+
+
 def log_to_stderr(level: int | str) -> None:
     """Send the ``dbqueue`` logs at ``level`` and above to stderr, with the thread's name
-    (a worker's threads each log their batches). Calling it again only changes the level."""
+    (a worker's threads each log their batches). Calling it again only changes the level, and
+    so does a ``dbqueue`` logger that already has handlers (Django's ``LOGGING`` set them):
+    its lines are not printed twice."""
     logger = logging.getLogger("dbqueue")
     logger.setLevel(level)
-    if not any(getattr(h, "_dbqueue_stderr", False) for h in logger.handlers):
+    if not logger.handlers:
         stream = logging.StreamHandler(sys.stderr)
         stream.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(message)s")

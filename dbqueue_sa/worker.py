@@ -13,6 +13,7 @@ drivers the core runs on.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -25,6 +26,7 @@ from dbqueue.errors import InvalidArgument, UnsupportedDatabase
 from dbqueue.executor import Executor
 from dbqueue.wakeup import PollPolicy
 from dbqueue.worker import Consumer, Worker
+from dbqueue.worker.loop import SUMMARY_EVERY
 from dbqueue.worker_queue import ExecutorQueue
 from dbqueue_sa.handlers import Handler
 from dbqueue_sa.queue import SAQueue
@@ -124,8 +126,13 @@ def build_worker(
     max_messages: int | None = None,
     poll: PollPolicy | None = None,
     reconnect_for: float | None = None,
+    summary_every: float = SUMMARY_EVERY,
+    health_file: str | os.PathLike[str] | None = None,
+    metrics_port: int | None = None,
 ) -> Worker:
-    """A worker running ``handlers`` on the database of ``url`` (call ``.run()``).
+    """A worker running ``handlers`` on the database of ``url`` (call ``.run()``);
+    ``reconnect_for``, ``summary_every``, ``health_file`` and ``metrics_port``: see
+    :class:`dbqueue.worker.Worker`.
 
     Connects once to find the core queue each class uses for that database (so an
     application that runs a worker in its own process shares its ring's pop claims with it),
@@ -168,4 +175,7 @@ def build_worker(
         max_messages=max_messages,
         poll=poll,
         reconnect_for=reconnect_for,
+        summary_every=summary_every,
+        health_file=health_file,
+        metrics_port=metrics_port,
     )

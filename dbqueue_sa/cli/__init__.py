@@ -27,6 +27,7 @@ import sys
 
 from sqlalchemy.exc import DBAPIError
 
+from dbqueue.commandline import render_table
 from dbqueue.errors import DBQueueError
 from dbqueue.progress import Progress
 from dbqueue_sa.cli.archive import SUBCOMMAND as ARCHIVE
@@ -71,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         choices=range(4),
         default=1,
-        help="0 warnings only, 1 normal (each batch a worker handles), 2 and 3 debugging",
+        help="0 warnings only, 1 normal (a worker's summary every minute), 2 and 3 debugging "
+        "(each batch a worker handles)",
     )
     parser = argparse.ArgumentParser(
         prog="dbqueue",

@@ -6,13 +6,13 @@ import argparse
 import datetime as dt
 import json
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
+from dbqueue.commandline import render_table, spilled_text, stats_json
 from dbqueue.errors import QueueTableMissing
-from dbqueue.message import QueueStats, format_age
+from dbqueue.message import format_age
 from dbqueue_sa.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -23,7 +23,6 @@ from dbqueue_sa.cli.common import (
     url_of,
 )
 from dbqueue_sa.discovery import FoundQueue, declared, discover
-from dbqueue_sa.executor import SAExecutor
 from dbqueue_sa.mixins import queue_classes
 
 
@@ -38,26 +37,20 @@ def _stats_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def _queue_stats(connection: sa.Connection, queue: FoundQueue) -> QueueStats | None:
+def queue_stats(connection: sa.Connection, queue: FoundQueue) -> dict[str, Any] | None:
+    """The front layer's ``stats()`` of ``queue``; None when its tables do not exist."""
     try:
         with connection.begin():
-            return queue.core(connection).stats(SAExecutor(connection))
+            return queue.on(connection).stats()
     except QueueTableMissing:
         return None
 
 
-def _stats_row(queue: FoundQueue, stats: QueueStats | None) -> dict[str, Any]:
+def _stats_row(queue: FoundQueue, stats: dict[str, Any] | None) -> dict[str, Any]:
     row: dict[str, Any] = {"queue": queue.name, "layout": queue.layout}
     if stats is None:
         return {**row, "error": "its tables do not exist in this database"}
-    age = stats.oldest_ready_age
-    return {
-        **row,
-        **stats.as_dict(),
-        "oldest_ready_age": None if age is None else age.total_seconds(),
-        "capacity": stats.capacity,
-        "occupancy": stats.occupancy,
-    }
+    return {**row, **stats_json(stats)}
 
 
 def _format_seconds(seconds: float | None) -> str:
@@ -65,7 +58,7 @@ def _format_seconds(seconds: float | None) -> str:
 
 
 STATS_COLUMNS = (
-    "queue", "layout", "ready", "scheduled", "leased", "expired", "done", "failed",
+    "queue", "layout", "ready", "scheduled", "leased", "expired", "done", "failed", "spilled",
     "oldest ready", "capacity", "occupancy",
 )  # fmt: skip
 
@@ -80,23 +73,11 @@ def _text_row(row: dict[str, Any]) -> list[str]:
         row["layout"],
         *counts,
         f"{row['failed']:,}",
+        spilled_text(row),
         _format_seconds(row["oldest_ready_age"]),
         "-" if row["capacity"] is None else f"{row['capacity']:,}",
         "-" if occupancy is None else f"{occupancy:.1%}",
     ]
-
-
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell; the first two left-aligned, the rest right."""
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            c.ljust(w) if i < 2 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    return "\n".join(line(r) for r in [headers, *rows])
 
 
 def _run_stats(args: argparse.Namespace) -> int:
@@ -107,7 +88,7 @@ def _run_stats(args: argparse.Namespace) -> int:
     try:
         with engine.connect() as connection:
             queues = declared(queue_classes()) if args.modules else discover(connection)
-            rows = [_stats_row(q, _queue_stats(connection, q)) for q in queues]
+            rows = [_stats_row(q, queue_stats(connection, q)) for q in queues]
     finally:
         engine.dispose()
     if args.json:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from dbqueue.commandline import positive_float, positive_int
+from dbqueue.commandline import positive_float, positive_int, worker_ops_arguments
+from dbqueue.metrics import require_prometheus
 from dbqueue_sa.cli.common import (
     EXIT_OK,
     CommandError,
@@ -64,6 +65,7 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
         help="give up (exit 1) once the database stayed unreachable this long (default: 60 "
         "with --burst, else never)",
     )
+    worker_ops_arguments(parser)
 
 
 def _select(tables: Sequence[str] | None) -> list[Handler]:
@@ -95,6 +97,8 @@ def _select(tables: Sequence[str] | None) -> list[Handler]:
 
 
 def _run_worker(args: argparse.Namespace) -> int:
+    if args.metrics_port is not None:
+        require_prometheus()  # before connecting to anything
     url = url_of(args)
     import_modules(args.modules, args.verbosity)
     worker = build_worker(
@@ -105,6 +109,9 @@ def _run_worker(args: argparse.Namespace) -> int:
         burst=args.burst,
         max_messages=args.max_messages,
         reconnect_for=args.reconnect_for,
+        summary_every=args.summary_every,
+        health_file=args.health_file,
+        metrics_port=args.metrics_port,
     )
     # Signals: the first SIGTERM or SIGINT finishes the batches in hand, a second exits now.
     stats = worker.run()

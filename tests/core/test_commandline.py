@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from dbqueue.commandline import duration
+from dbqueue.commandline import duration, render_table, stats_json
 
 
 @pytest.mark.parametrize(
@@ -44,3 +44,25 @@ def test_bad_durations_say_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as error:
         duration(text)
     assert str(error.value).startswith(message)
+
+
+def test_stats_as_json_values() -> None:
+    split = {"ready": 1, "oldest_ready_age": timedelta(seconds=2.5)}
+    assert stats_json(split) == {
+        "capacity": None,
+        "occupancy": None,
+        "ready": 1,
+        "oldest_ready_age": 2.5,
+    }
+    ring = {"ready": 0, "oldest_ready_age": None, "capacity": 8, "occupancy": 0.25}
+    assert stats_json(ring) == ring
+
+
+def test_tables_align_names_left_and_numbers_right() -> None:
+    table = render_table(("queue", "layout", "ready"), [["a_long_name", "ring", "1,234"]])
+    assert table.splitlines() == [
+        "queue        layout  ready",
+        "a_long_name  ring    1,234",
+    ]
+    table = render_table(("queue", "layout", "ready"), [["q", "split", "7"]], left=1)
+    assert table.splitlines() == ["queue  layout  ready", "q       split      7"]

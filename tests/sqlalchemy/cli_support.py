@@ -7,8 +7,6 @@ import datetime as dt
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -16,11 +14,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from tests.processes import PATIENCE, ROOT, run_process, start_process
 from tests.sqlalchemy.models import Job, Tick
 
-ROOT = Path(__file__).resolve().parents[2]
-#: Seconds to wait for something that normally takes a moment (a hang guard, not a threshold).
-PATIENCE = 60.0
 COMMAND = [sys.executable, "-m", "dbqueue_sa.cli"]
 
 
@@ -31,35 +27,16 @@ def environment() -> dict[str, str]:
     return env
 
 
-def dbqueue(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def dbqueue(
+    *args: str, stdin: str = "", timeout: float = PATIENCE
+) -> subprocess.CompletedProcess[str]:
     """Run ``dbqueue ARGS`` to completion (stderr is not a terminal: plain progress lines)."""
-    return subprocess.run(
-        [*COMMAND, *args],
-        cwd=ROOT,
-        env=environment(),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=PATIENCE,
-        check=False,
-    )
+    return run_process([*COMMAND, *args], environment(), stdin, timeout=timeout)
 
 
-def start(*args: str, log: Path) -> subprocess.Popen[str]:
+def start(*args: str, log: Path) -> subprocess.Popen[bytes]:
     """Start ``dbqueue ARGS`` in the background, its stdout and stderr going to ``log``."""
-    with log.open("w") as out:
-        return subprocess.Popen(
-            [*COMMAND, *args], cwd=ROOT, env=environment(), stdout=out, stderr=out, text=True
-        )
-
-
-def wait_for(check: Callable[[], bool], what: str, log: Path | None = None) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while not check():
-        if time.monotonic() > deadline:
-            detail = f"\n--- log ---\n{log.read_text()}" if log is not None else ""
-            raise AssertionError(f"timed out waiting until {what}{detail}")
-        time.sleep(0.05)
+    return start_process([*COMMAND, *args], environment(), log)
 
 
 def push_jobs(engine: sa.Engine, count: int, prefix: str = "j") -> list[int]:

@@ -5,6 +5,7 @@ with. Output formatting is also tested in process."""
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import logging
@@ -17,9 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from dbqueue.message import State
-from dbqueue_sa.cli import Progress, main, render_table
+from dbqueue_sa.cli import Progress, main
+from tests.processes import PATIENCE, wait_for
 from tests.sqlalchemy.cli_support import (
-    PATIENCE,
     dbqueue,
     fail_jobs,
     fail_ticks,
@@ -27,7 +28,6 @@ from tests.sqlalchemy.cli_support import (
     push_ticks,
     start,
     stats,
-    wait_for,
 )
 from tests.sqlalchemy.handlers_app import ChoreBase
 from tests.sqlalchemy.models import Job, Tick
@@ -124,6 +124,7 @@ def test_stats_finds_every_queue_in_the_database(engine: sa.Engine, url: str) ->
     assert rows["sa_job"][-2:] == ["-", "-"]
     assert rows["sa_tick"][1:8] == ["ring", "3", "0", "0", "0", "0", "0"]
     assert rows["sa_tick"][-2:] == ["8", "37.5%"]
+    assert (rows["sa_job"][8], rows["sa_tick"][8]) == ("-", "0")
 
 
 def test_stats_as_json_of_the_declared_queues(engine: sa.Engine, url: str) -> None:
@@ -200,6 +201,33 @@ def test_purge_in_batches_with_progress(engine: sa.Engine, url: str) -> None:
         assert connection.scalar(sa.select(sa.func.count()).select_from(Job)) == 2
     again = dbqueue("purge", "--url", url, *args)
     assert again.stdout == "no ready items in sa_job: nothing to purge\n"
+
+
+def test_purge_tells_ready_items_from_scheduled_ones(engine: sa.Engine, url: str) -> None:
+    push_jobs(engine, 3)
+    with Session(engine) as session, session.begin():
+        Job.queue.push_many(session, [{"name": "later"}] * 2, delay=dt.timedelta(hours=1))
+    args = ["--url", url, "--queue", "sa_job", "--yes"]
+    done = dbqueue("purge", *args, "--state", "ready")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "purged 3 ready item(s) of sa_job\n"
+    assert (stats(engine, Job)["ready"], stats(engine, Job)["scheduled"]) == (0, 2)
+    done = dbqueue("purge", *args, "--state", "scheduled")
+    assert done.stdout == "purged 2 scheduled item(s) of sa_job\n"
+    assert job_states(engine) == {}
+
+
+def test_purge_scheduled_messages_of_a_ring(engine: sa.Engine, url: str) -> None:
+    push_ticks(engine, "A", "B")
+    with Session(engine) as session, session.begin():
+        (later, _) = Tick.queue.pop_batch(session, 2)
+        Tick.queue.fail(session, [later], "again in an hour", delay=dt.timedelta(hours=1))
+    args = ["--url", url, "--queue", "sa_tick", "--yes", "--state"]
+    none = dbqueue("purge", *args, "ready")  # the leased one is not ready, the other not due
+    assert none.stdout == "no ready items in sa_tick: nothing to purge\n"
+    done = dbqueue("purge", *args, "scheduled")
+    assert done.stdout == "purged 1 scheduled item(s) of sa_tick\n"
+    assert (stats(engine, Tick)["scheduled"], stats(engine, Tick)["leased"]) == (0, 1)
 
 
 def test_purge_asks_first(engine: sa.Engine, url: str) -> None:
@@ -349,11 +377,3 @@ def test_progress_can_be_silenced() -> None:
     progress.add(10)
     progress.finish()
     assert out.getvalue() == ""
-
-
-def test_tables_align_names_left_and_numbers_right() -> None:
-    table = render_table(("queue", "layout", "ready"), [["a_long_name", "ring", "1,234"]])
-    assert table.splitlines() == [
-        "queue        layout  ready",
-        "a_long_name  ring    1,234",
-    ]

@@ -26,6 +26,9 @@ from tests.spark.archive_support import (
 from tests.spark.conftest import create_queue, drop_queue
 from tests.sqlalchemy.cli_support import dbqueue
 
+#: A Spark job started from the shell: a JVM and a local Spark, minutes on a busy machine.
+SPARK_PATIENCE = 300.0
+
 pytestmark = [pytest.mark.sqlalchemy, pytest.mark.postgresql]
 
 
@@ -64,7 +67,8 @@ def test_archive_two_queues_from_the_shell(
     folder = tmp_path / "archive"
     args = ["--queue", scenario.table, "--queue", empty_queue, "--older-than", "1w"]
     done = dbqueue("archive", "--url", sa_url, *args, "--to", str(folder),
-                   "--batch-size", "10", "--master", "local[1]")  # fmt: skip
+                   "--batch-size", "10", "--master", "local[1]",
+                   timeout=SPARK_PATIENCE)  # fmt: skip
     assert done.returncode == 0, done.stderr
     first, second = done.stdout.splitlines()
     assert first.startswith(f"{scenario.table}: archived ")
