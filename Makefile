@@ -21,7 +21,7 @@ CHAOS_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv demo demo-spark test test-fast test-django52 test-sqlalchemy20 chaos bench bench-quick bench-sync-off bench-ring-storage bench-compaction-cost bench-ring-partitions bench-spark-archive bench-spark-push lint format typecheck check screenshots docs docs-serve clean distclean
+.PHONY: help venv browser pgbouncer demo demo-spark test test-fast test-spark-cluster test-django52 test-sqlalchemy20 chaos loadtest bench bench-quick bench-sync-off bench-ring-storage bench-compaction-cost bench-ring-when-full bench-lease bench-ring-partitions bench-spark-archive bench-spark-push bench-spark-stream lint format typecheck check screenshots docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -66,6 +66,15 @@ test: venv $(STAMP52) $(STAMP20) ## Run the whole test suite (PostgreSQL and SQL
 test-fast: venv ## Run the unit and SQLite tests only (no PostgreSQL, no Spark), in under 3 minutes
 	$(PY) -m pytest -n auto --dist loadgroup --solo=exclude -m "not postgresql and not spark" $(PYTEST_ARGS)
 
+# The data source on a Spark standalone cluster (a master and two workers, each a JVM of its own,
+# started and stopped by the tests themselves): every cluster test, the long ones too. `make
+# test` runs the short set (write, read, a processingTime stream, the archive job).
+test-spark-cluster: venv ## Run every Spark standalone-cluster test (write, read, each stream trigger, archive), about 2 minutes
+	$(PY) scripts/run_tests.py tests/spark/test_cluster.py -m spark_cluster --spark-cluster=full $(PYTEST_ARGS)
+
+loadtest: venv ## Load-test the example shop under gunicorn, with its worker stopped, killed and its connections cut (about 5 minutes); report in bench/results/<date>-loadtest
+	$(PY) -m bench.loadtest $(LOADTEST_ARGS)
+
 bench: venv ## Run the full benchmark (every system and workload); report in bench/results/<date>
 	$(PY) -m bench $(BENCH_ARGS)
 
@@ -92,6 +101,9 @@ bench-spark-archive: venv ## Measure the Spark archive job on 1M done items (3 b
 
 bench-spark-push: venv ## Measure the Spark bulk push vs push_many (1M split, 200k ring), about 5 minutes
 	$(PY) -m bench.spark_push $(BENCH_ARGS)
+
+bench-spark-stream: venv ## Measure draining a queue with readStream per trigger (200k split, 100k ring), about 5 minutes
+	$(PY) -m bench.spark_stream $(BENCH_ARGS)
 
 # The supported Django versions are 5.2 LTS and 6.x: the Django-facing tests run once more in
 # a second venv with Django 5.2 (the main venv has the newest 6.x).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,6 +18,9 @@ from tests.pg import server_dsn, worker_id
 #: What ``--solo`` selects: the tests marked ``solo`` measure storage on a machine doing
 #: nothing else, so scripts/run_tests.py runs them alone after the parallel run.
 SOLO_CHOICES = ("all", "exclude", "only")
+#: What ``--spark-cluster`` selects among the Spark cluster tests (tests/spark/test_cluster.py):
+#: the short set ``make test`` runs, or every one of them (``make test-spark-cluster``).
+CLUSTER_CHOICES = ("short", "full")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -27,11 +30,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="all",
         help="run the tests marked solo too (all), leave them out (exclude) or run only them",
     )
+    parser.addoption(
+        "--spark-cluster",
+        choices=CLUSTER_CHOICES,
+        default="short",
+        help="the Spark cluster tests to run: the short set, or the long ones (cluster_full) too",
+    )
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Last, after -m, -k and --deselect: what is counted below is what the run selected.
+    if config.getoption("--spark-cluster") == "short":
+        _deselect(config, items, lambda item: item.get_closest_marker("cluster_full") is None)
     choice = config.getoption("--solo")
     if choice == "all":
         return
@@ -44,6 +55,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _deselect(
+    config: pytest.Config, items: list[pytest.Item], keep: Callable[[pytest.Item], bool]
+) -> None:
+    """Leave out the items ``keep`` refuses, as -m does (counted as deselected)."""
+    drop = [item for item in items if not keep(item)]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if keep(item)]
 
 
 def _report_solo_count(count: int) -> None:

@@ -14,7 +14,7 @@ option                      meaning                                             
 ``numPartitions``           batch read: id ranges read in parallel; stream: the     rows/100k
                             slices a micro-batch is read in                         ; 2
 ``maxMessagesPerBatch``     stream: items leased per micro-batch                    10000
-``leaseSeconds``            stream: how long a batch's items stay leased            300
+``leaseSeconds``            stream: a batch's lease (extended while it runs)        300
 ``rescueSeconds``           stream: how often the stream gives expired leases back  30
                             (the queue's rescue, as a worker runs it)
 ``maxAttempts``             stream: the queue's max_attempts (the rescue fails an   5

@@ -1,14 +1,14 @@
-"""Spark in local mode against the real PostgreSQL: one SparkSession per test process.
+"""Spark against the real PostgreSQL: one SparkSession per test process.
 
-Every Spark test module is marked ``spark`` and put in the xdist group ``spark``, so one test
-process runs them all and one JVM starts per run (a JVM and its Python workers take ~10 s to
-start; two of them would also fight over the machine's two cores).
+Every local-mode Spark test module is marked ``spark`` and put in the xdist group ``spark``,
+so one test process runs them all and one JVM starts per run (a JVM and its Python workers
+take ~10 s to start; two of them would also fight over the machine's two cores). The cluster
+tests (``test_cluster_*.py``, :data:`SPARK_CLUSTER`) run on a standalone cluster of their own
+(bench/spark_standalone.py), in the xdist group ``spark-cluster``.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,41 +16,68 @@ from typing import Any
 import psycopg
 import pytest
 
+from bench.spark_standalone import StandaloneCluster, standalone_cluster
 from dbqueue import QueueOptions, QueueSpec, get_dialect
 from dbqueue.schema import create_ring_statements, create_statements, drop_ring_statements
 from tests.conftest import scratch_database
+from tests.processes import ROOT
+from tests.spark.sessions import OneSession, cluster_session, local_session
 
 #: Marks for every Spark test module: ``pytestmark = SPARK``.
 SPARK = [pytest.mark.spark, pytest.mark.postgresql, pytest.mark.xdist_group("spark")]
+#: Marks for every cluster test module (``spark`` too, so ``-m "not spark"`` leaves them out).
+SPARK_CLUSTER = [
+    pytest.mark.spark,
+    pytest.mark.spark_cluster,
+    pytest.mark.postgresql,
+    pytest.mark.xdist_group("spark-cluster"),
+]
 
 DIALECT = get_dialect("postgresql")
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def one_session() -> Iterator[OneSession]:
+    """This process's one SparkSession, local or on the cluster (tests/spark/sessions.py)."""
+    sessions = OneSession()
+    yield sessions
+    sessions.stop()
+
+
+@pytest.fixture
+def spark(one_session: OneSession, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A local SparkSession (2 cores) with the ``dbqueue`` data source registered."""
-    # Spark's Python workers must run this interpreter, which has dbqueue installed.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    from dbqueue.spark import register
-
-    warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("dbqueue-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.warehouse.dir", str(warehouse))
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
+    return one_session.get(
+        "local", lambda: local_session(tmp_path_factory.mktemp("spark-warehouse"))
     )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
+
+
+@pytest.fixture(scope="session")
+def standalone(
+    one_session: OneSession, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StandaloneCluster]:
+    """A standalone cluster: a master and two workers (1 core, 1 GB each), each a JVM of its
+    own, started at the first cluster test and stopped at the end of the run."""
+    folder = tmp_path_factory.mktemp("spark-cluster")
+    # The executors inherit the workers' environment: this checkout first on their path.
+    with standalone_cluster(folder, environ={"PYTHONPATH": str(ROOT)}) as cluster:
+        yield cluster
+        if one_session.kind == "cluster":  # the driver goes before its executors
+            one_session.stop()
+
+
+@pytest.fixture
+def spark_cluster(
+    one_session: OneSession,
+    standalone: StandaloneCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Any:
+    """A SparkSession on :func:`standalone` (two executors, in other processes than this
+    one) with the ``dbqueue`` data source registered."""
+    return one_session.get(
+        "cluster",
+        lambda: cluster_session(standalone.url, tmp_path_factory.mktemp("spark-warehouse")),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -108,4 +135,7 @@ def checkpoint(tmp_path: Path) -> str:
     return str(tmp_path / "checkpoint")
 
 
-__all__ = ["SPARK", "QueueOptions", "create_queue", "drop_queue"]
+# The streaming tests' queues (a module that needs others declares its own of the same name).
+from tests.spark.streams import ring, split  # noqa: E402
+
+__all__ = ["SPARK", "SPARK_CLUSTER", "QueueOptions", "create_queue", "drop_queue", "ring", "split"]

@@ -1,10 +1,5 @@
 """Streaming consume: each micro-batch leases, the batch's commit acks (dbqueue.spark.stream).
-
-The queries write each micro-batch to Parquet under ``out/batch=<id>`` with mode overwrite
-(foreachBatch, idempotent per batch id: the usual exactly-once sink): a batch Spark replays
-after a failure rewrites its own folder, so the rows on disk show exactly what the stream
-delivered, batch by batch.
-"""
+The queries and their Parquet sink: tests.spark.streams."""
 
 from __future__ import annotations
 
@@ -17,19 +12,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from dbqueue import (
-    Field,
-    FieldKind,
     QueueOptions,
     QueueSpec,
-    RingQueue,
     SplitQueue,
     compaction,
-    get_dialect,
 )
 from dbqueue.discovery import FoundQueue
 from dbqueue.drivers import executor_for
@@ -37,88 +27,19 @@ from dbqueue.spark import stream as stream_module
 from dbqueue.spark.stream import QueueStream, to_runs, to_tokens
 from dbqueue.spark.types import read_schema
 from tests.spark.conftest import SPARK
+from tests.spark.streams import (
+    DIALECT,
+    FIELDS,
+    counts,
+    delivered,
+    drain,
+    push,
+    start,
+    stream,
+    to_parquet,
+)
 
 pytestmark = SPARK
-
-DIALECT = get_dialect("postgresql")
-FIELDS = (Field("n", FieldKind.BIGINT), Field("body", FieldKind.TEXT))
-
-
-@pytest.fixture
-def split(make_queue: Callable[[QueueSpec], QueueSpec], table_name: str) -> QueueSpec:
-    return make_queue(QueueSpec(table_name, FIELDS))
-
-
-@pytest.fixture
-def ring(make_queue: Callable[[QueueSpec], QueueSpec], table_name: str) -> QueueSpec:
-    # A producer waits for free slots as long as the stream needs to free them.
-    options = QueueOptions(capacity=2000, push_timeout=dt.timedelta(minutes=5))
-    return make_queue(QueueSpec(table_name, FIELDS, options))
-
-
-def push(conn: psycopg.Connection[Any], spec: QueueSpec, numbers: range) -> None:
-    """Push one message per number through the core (n, and a body naming it)."""
-    layout = RingQueue if spec.options.capacity is not None else SplitQueue
-    rows = [{"n": n, "body": f"b{n}"} for n in numbers]
-    layout(spec, DIALECT).push_many(executor_for(DIALECT, conn), rows)
-
-
-def stream(spark: SparkSession, dsn: str, table: str, **options: str) -> DataFrame:
-    reader = spark.readStream.format("dbqueue").option("url", dsn).option("queue", table)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    return reader.load()
-
-
-def to_parquet(out: Path, fail_at: int | None = None) -> Callable[[DataFrame, int], None]:
-    """A foreachBatch function writing batch ``b`` to ``out/batch=b``; with ``fail_at``, it
-    raises instead of writing that batch (a failed query, its batch not committed)."""
-
-    def sink(batch: DataFrame, batch_id: int) -> None:
-        if batch_id == fail_at:
-            raise RuntimeError(f"sink failure on purpose at batch {batch_id}")
-        batch.select("id", "n", "body", "attempts").write.mode("overwrite").parquet(
-            str(out / f"batch={batch_id}")
-        )
-
-    return sink
-
-
-def start(df: DataFrame, checkpoint: str, sink: Callable[[DataFrame, int], None]) -> StreamingQuery:
-    return (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", checkpoint)
-        .trigger(processingTime="100 milliseconds")
-        .start()
-    )
-
-
-def drain(df: DataFrame, checkpoint: str, sink: Callable[[DataFrame, int], None]) -> None:
-    """Run the query until it has processed everything available, then stop it."""
-    query = start(df, checkpoint, sink)
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-
-
-def delivered(spark: SparkSession, out: Path) -> list[tuple[int, int]]:
-    """(batch, n) of every row the sink wrote."""
-    if not out.exists():
-        return []
-    rows = spark.read.parquet(str(out)).select("batch", "n").collect()
-    return sorted((int(r["batch"]), int(r["n"])) for r in rows)
-
-
-def counts(conn: psycopg.Connection[Any], spec: QueueSpec) -> dict[str, int]:
-    """The queue's items by state (split: its meta table; ring: its slots)."""
-    if spec.options.capacity is not None:
-        sql = f'SELECT state, count(*) FROM "{spec.table}" WHERE state > 0 GROUP BY state'
-        names = {1: "ready", 2: "leased"}
-    else:
-        sql = f'SELECT state, count(*) FROM "{spec.meta_table}" GROUP BY state'
-        names = {0: "ready", 1: "leased", 2: "done", 3: "failed"}
-    return {names.get(s, str(s)): int(c) for s, c in conn.execute(sql).fetchall()}
 
 
 def test_runs_compress_tokens_and_expand_back() -> None:
@@ -127,52 +48,6 @@ def test_runs_compress_tokens_and_expand_back() -> None:
     assert runs == [[3, 5, 1], [9, 10, 2], [11, 11, 1]]
     assert to_tokens(runs) == sorted(tokens)
     assert to_runs([]) == [] and to_tokens([]) == []
-
-
-def test_a_stream_drains_a_split_queue_in_batches_and_acks_each(
-    spark: SparkSession,
-    spark_dsn: str,
-    spark_conn: psycopg.Connection[Any],
-    split: QueueSpec,
-    checkpoint: str,
-    tmp_path: Path,
-) -> None:
-    push(spark_conn, split, range(2500))
-    out = tmp_path / "out"
-    df = stream(spark, spark_dsn, split.table, maxMessagesPerBatch="1000")
-    drain(df, checkpoint, to_parquet(out))
-    rows = delivered(spark, out)
-    assert sorted(n for _, n in rows) == list(range(2500))  # each item once
-    sizes = [sum(1 for b, _ in rows if b == batch) for batch in sorted({b for b, _ in rows})]
-    assert sizes == [1000, 1000, 500]
-    assert counts(spark_conn, split) == {}  # all acked: the last batch too
-
-
-def test_a_failed_query_restarted_from_its_checkpoint_neither_loses_nor_skips(
-    spark: SparkSession,
-    spark_dsn: str,
-    spark_conn: psycopg.Connection[Any],
-    split: QueueSpec,
-    checkpoint: str,
-    tmp_path: Path,
-) -> None:
-    push(spark_conn, split, range(3000))
-    out = tmp_path / "out"
-    df = stream(spark, spark_dsn, split.table, maxMessagesPerBatch="500")
-    query = start(df, checkpoint, to_parquet(out, fail_at=2))
-    with pytest.raises(Exception, match="sink failure on purpose at batch 2"):
-        query.awaitTermination()
-    # Batches 0 and 1 are written; batch 2's items stay leased (its offset is logged but
-    # not committed), and nothing after it was leased.
-    first = delivered(spark, out)
-    assert sorted(n for _, n in first) == list(range(1000))
-    assert counts(spark_conn, split)["leased"] == 500
-    # The restart replays batch 2 with the same items, then goes on.
-    drain(df, checkpoint, to_parquet(out))
-    rows = delivered(spark, out)
-    assert sorted(n for _, n in rows) == list(range(3000))  # nothing lost, nothing twice
-    assert sorted(n for b, n in rows if b == 2) == list(range(1000, 1500))
-    assert counts(spark_conn, split) == {}
 
 
 def test_a_stopped_query_resumes_where_it_stopped(

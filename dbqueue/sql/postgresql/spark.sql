@@ -178,3 +178,36 @@ SELECT {_side_columns}
 FROM unnest(%(ids)b::bigint[]) AS k(id)
 JOIN {failed} AS f ON f.id = k.id
 ORDER BY f.id;
+
+-- spark_lease_split --
+-- A stream's micro-batch: up to %(n)s due items leased (NULL: all of them), one more attempt
+-- counted, in delivery order; only their tokens come back (the executors read the payloads).
+-- An available-now query passes the bounds it fixed at its start, %(until)s (the newest id
+-- then ready) and %(due_by)s (its start): items pushed, retried or given back since wait for
+-- its next run. NULL bounds: none.
+WITH picked AS (
+    SELECT id FROM {meta}
+    WHERE state = {state_ready}
+      AND run_at <= least(statement_timestamp(), %(due_by)s::timestamptz)
+      AND id <= coalesce(%(until)s::bigint, id)
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {meta} AS m
+SET state = {state_leased}, attempts = m.attempts + 1,
+    lease_until = statement_timestamp() + %(lease)s::interval
+FROM picked
+WHERE m.id = picked.id
+RETURNING m.id, m.attempts;
+
+-- spark_target_split --
+-- Where an available-now query over a split queue stops: the newest item due now, and now.
+SELECT max(id), statement_timestamp() FROM {meta}
+WHERE state = {state_ready} AND run_at <= statement_timestamp();
+
+-- spark_numbers_ring --
+-- A ring's next push number and next pop number (as ring.sql's _push_next and _pop_next):
+-- an available-now query stops at the last number handed out at its start.
+SELECT (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM {push_seq_rel}),
+       (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM {pop_seq_rel});
