@@ -166,6 +166,26 @@ class Front:
         past = PAST[self.backend]
         self._raw(f'UPDATE "{self.meta_table}" SET run_at = {past} WHERE state = 0')
 
+    def backdate(self, ids: list[int]) -> None:
+        """Make the items ``ids`` pushed long ago, and those done or failed finished long
+        ago (a scheduled item stays due later)."""
+        past, listed = PAST[self.backend], ", ".join(str(int(i)) for i in ids)
+        if self.ring:
+            self._raw(
+                f'UPDATE "{self.data_table}" SET pushed_at = {past} '
+                f"WHERE seq IN ({listed}) AND state <> {int(SlotState.EMPTY)}"
+            )
+            self._raw(
+                f'UPDATE "{self.meta_table}" SET pushed_at = {past}, failed_at = {past} '
+                f"WHERE id IN ({listed})"
+            )
+            return
+        self._raw(f'UPDATE "{self.data_table}" SET enqueued_at = {past} WHERE id IN ({listed})')
+        self._raw(
+            f'UPDATE "{self.meta_table}" SET run_at = {past} WHERE id IN ({listed}) '
+            f"AND state IN (2, 3)"
+        )
+
 
 class CoreFront(Front):
     """The core's SplitQueue over a bare psycopg or sqlite3 connection."""
