@@ -245,6 +245,9 @@ class TaskItem(QueueModel):
     args = models.JSONField(default=list)
     kwargs = models.JSONField(default=dict)
     takes_context = models.BooleanField(default=False)
+    #: The task's own ``run_after`` (None if it had none); the queue's ``run_at`` changes on a
+    #: retry, and a result must give back the task as it was enqueued.
+    run_after = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name = "task"
@@ -267,6 +270,7 @@ class TaskRun(models.Model):
     priority = models.SmallIntegerField(default=0)
     args = models.JSONField(default=list)
     kwargs = models.JSONField(default=dict)
+    run_after = models.DateTimeField(null=True)
     status = models.CharField(max_length=10)
     enqueued_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True)
@@ -277,7 +281,9 @@ class TaskRun(models.Model):
     worker_ids = models.JSONField(default=list)
 
     class Meta:
-        verbose_name = "task run"
+        verbose_name = "task result"
+        # Pruning finds finished results by age.
+        indexes = [models.Index(fields=["finished_at"], name="dbqueue_taskrun_finished")]
 
     def __str__(self) -> str:
         return f"{self.task_path} #{self.pk} ({self.status})"

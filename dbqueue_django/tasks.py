@@ -11,19 +11,27 @@ in the admin under *dbqueue > Tasks*, where **Retry** runs it again.
 
 Every task queue name of a backend shares the one dbqueue queue: ``QUEUES`` restricts the
 names accepted, and a worker runs tasks of every name.
+
+Results are kept until ``manage.py prunetasks`` deletes them, or, with the backend's
+``OPTIONS = {"result_retention": "30d"}`` (a duration, see :mod:`dbqueue_django.durations`, or
+a timedelta), the worker deletes those that finished longer ago, when it starts and then every
+hour (:func:`result_retention_chores`).
 """
 
 from __future__ import annotations
 
 import sys
 import traceback
-from datetime import datetime
+from datetime import datetime, timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.conf import settings
-from django.db import router, transaction
-from django.tasks import TaskResultStatus
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, router, transaction
+from django.tasks import TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskContext, TaskError, TaskResult
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -35,7 +43,10 @@ from django.utils.module_loading import import_string
 
 from dbqueue.errors import InvalidPayload, PayloadTooLarge
 from dbqueue.message import State
+from dbqueue.worker import Chore
+from dbqueue_django.durations import duration_setting
 from dbqueue_django.models import TaskItem, TaskRun
+from dbqueue_django.task_results import FinishedTasks
 
 if TYPE_CHECKING:  # generic in django-stubs only
     AnyTask = Task[..., Any]
@@ -43,15 +54,48 @@ if TYPE_CHECKING:  # generic in django-stubs only
 
 #: Identifies this process in ``TaskResult.worker_ids``.
 WORKER_ID = get_random_string(32)
+#: The backend option that sets how long finished results are kept.
+RESULT_RETENTION = "result_retention"
+#: Seconds between two prunes by the worker (it prunes once when it starts, too).
+RETENTION_EVERY = 3600.0
 
 
 class DBQueueBackend(BaseTaskBackend):
-    """Tasks in the application's database, run by ``runqueueworker``."""
+    """Tasks in the application's database, run by ``runqueueworker``.
+
+    ``OPTIONS``: ``result_retention`` (optional), how long the results of finished tasks are
+    kept: a duration (``"30d"``, ``"12h"``) or a timedelta. The worker deletes older ones.
+    """
 
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
     supports_priority = True
+
+    @cached_property
+    def result_retention(self) -> timedelta | None:
+        """How long finished results are kept (None: until ``manage.py prunetasks``);
+        ImproperlyConfigured if the option is not a duration."""
+        value = self.options.get(RESULT_RETENTION)
+        if value is None:
+            return None
+        setting = f"TASKS[{self.alias!r}]['OPTIONS'][{RESULT_RETENTION!r}]"
+        return duration_setting(value, setting=setting)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Django's checks of the backend, and its ``result_retention`` option."""
+        errors = list(super().check(**kwargs))
+        try:
+            self.result_retention  # noqa: B018 - read to validate
+        except ImproperlyConfigured as exc:
+            errors.append(
+                checks.Error(
+                    str(exc),
+                    hint='Write a duration such as "30d" or "12h", or a datetime.timedelta.',
+                    id="dbqueue.E003",
+                )
+            )
+        return errors
 
     def enqueue[**P, R](
         self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]
@@ -60,8 +104,9 @@ class DBQueueBackend(BaseTaskBackend):
         self.validate_task(task)
         args = list(normalize_json(list(args)))  # type: ignore[arg-type]
         kwargs = dict(normalize_json(dict(kwargs)))  # type: ignore[arg-type]
+        queue = TaskItem.queue.using(router.db_for_write(TaskItem))
         try:
-            item_id = TaskItem.queue.push(
+            item_id = queue.push(
                 priority=task.priority,
                 run_at=task.run_after,
                 task_path=task.module_path,
@@ -70,14 +115,22 @@ class DBQueueBackend(BaseTaskBackend):
                 args=args,
                 kwargs=kwargs,
                 takes_context=task.takes_context,
+                run_after=task.run_after,
             )
         except (InvalidPayload, PayloadTooLarge) as exc:
             raise InvalidTask(f"{task.module_path}: {exc}") from exc
+        # The database's own time (the push's statement time), as get_result() reads it: a
+        # clock read here would differ from it, and refresh() would change the result.
+        enqueued_at = (
+            TaskItem.objects.using(queue.alias)
+            .values_list("enqueued_at", flat=True)
+            .get(pk=item_id)
+        )
         result: TaskResult[P, R] = TaskResult(
             task=task,
             id=str(item_id),
             status=TaskResultStatus.READY,
-            enqueued_at=timezone.now(),
+            enqueued_at=enqueued_at,
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
@@ -89,8 +142,7 @@ class DBQueueBackend(BaseTaskBackend):
         )
         # Like Django's database backends: the signal fires once the task can be seen.
         transaction.on_commit(
-            lambda: task_enqueued.send(type(self), task_result=result),
-            using=router.db_for_write(TaskItem),
+            lambda: task_enqueued.send(type(self), task_result=result), using=queue.alias
         )
         return result
 
@@ -110,6 +162,49 @@ class DBQueueBackend(BaseTaskBackend):
 # -- the worker's side ----------------------------------------------------------------------------
 
 
+def result_retention_chores(database: str | None = None) -> list[Chore]:
+    """The worker's chores that apply each backend's ``result_retention`` to the task tables
+    in ``database`` (default: the router's choice for them)."""
+    using = database or router.db_for_write(TaskRun)
+    chores = []
+    for alias in _dbqueue_backends():
+        retention = task_backends[alias].result_retention  # type: ignore[attr-defined]
+        if retention is not None:
+            tasks = _RetainedTasks(alias, retention, using)
+            chores.append(Chore(tasks.name, RETENTION_EVERY, tasks.prune, tasks.disconnect))
+    return chores
+
+
+def _dbqueue_backends() -> list[str]:
+    """The aliases of the TASKS backends that are this one (or a subclass). The others are
+    not loaded: one that cannot be is Django's checks' to report, not the worker's."""
+    aliases = []
+    for alias, params in task_backends.settings.items():
+        try:
+            backend = import_string(params["BACKEND"])
+        except ImportError:
+            continue
+        if isinstance(backend, type) and issubclass(backend, DBQueueBackend):
+            aliases.append(alias)
+    return aliases
+
+
+class _RetainedTasks:
+    """The results of one backend's tasks, pruned to its retention."""
+
+    def __init__(self, backend: str, retention: timedelta, using: str) -> None:
+        self.backend, self.retention, self.using = backend, retention, using
+        self.name = f"task result retention ({backend!r}: {retention})"
+
+    def prune(self) -> str | None:
+        tasks = FinishedTasks.older_than(self.retention, using=self.using, backend=self.backend)
+        pruned = tasks.delete()
+        return f"deleted {pruned}" if pruned.results or pruned.failed_tasks else None
+
+    def disconnect(self) -> None:
+        connections[self.using].close()
+
+
 def run_task(item: TaskItem) -> None:
     """The handler ``runqueueworker`` runs for each TaskItem: the task, its signals, its run
     record. An exception fails the item (the worker stores the traceback) and is re-raised."""
@@ -124,6 +219,7 @@ def run_task(item: TaskItem) -> None:
             "priority": getattr(item, "priority", 0),
             "args": item.args,
             "kwargs": item.kwargs,
+            "run_after": item.run_after,
             "status": TaskResultStatus.RUNNING,
             "enqueued_at": item.enqueued_at,
             "started_at": now,
@@ -144,8 +240,8 @@ def run_task(item: TaskItem) -> None:
             value = task.call(*item.args, **item.kwargs)
         value = normalize_json(value)
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+        # KeyboardInterrupt too: raised by the task's own code in a worker thread (the worker
+        # handles Ctrl-C in its main thread), it is the task failing, recorded like any other.
         error = {
             "exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
             "traceback": "".join(traceback.format_exception(exc)),
@@ -195,6 +291,7 @@ def _task(path: str, item: TaskItem | TaskRun) -> AnyTask:
     return task.using(
         priority=getattr(item, "priority", None),
         queue_name=item.queue_name,
+        run_after=item.run_after,
         backend=item.backend,
     )
 

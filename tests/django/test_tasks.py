@@ -3,6 +3,7 @@ errors, retries, deferral, priorities, context, async tasks and signals."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from django.db import transaction
 from django.tasks import TaskResultStatus, default_task_backend, task, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.test import override_settings
 from django.utils import timezone
 
 from dbqueue.message import State
@@ -23,6 +25,7 @@ from dbqueue_django.handlers import autodiscover, handlers
 from dbqueue_django.models import TaskItem, TaskRun
 from dbqueue_django.tasks import DBQueueBackend
 from dbqueue_django.worker import build_worker
+from tests.django import task_rows
 from tests.django.testapp import tasks
 
 pytestmark = [pytest.mark.django, pytest.mark.postgresql, pytest.mark.django_db(transaction=True)]
@@ -79,6 +82,28 @@ def test_a_task_runs_and_its_result_is_kept() -> None:
     assert result.enqueued_at is not None
     assert result.started_at <= result.finished_at
     assert not TaskItem.objects.exists()  # acked: the queue is empty, the run record stays
+
+
+def test_the_enqueued_result_is_the_stored_one() -> None:
+    result = tasks.add.enqueue(1, 2)
+    assert tasks.add.get_result(result.id) == result
+    before = dataclasses.asdict(result)
+    result.refresh()
+    assert dataclasses.asdict(result) == before
+
+
+def test_run_after_comes_back_with_the_task() -> None:
+    later = timezone.now() + dt.timedelta(hours=1)
+    result = tasks.add.using(run_after=later).enqueue(1, 2)
+    assert tasks.add.get_result(result.id).task.run_after == later
+    assert tasks.add.get_result(result.id) == result
+    due = tasks.add.using(run_after=timezone.now()).enqueue(3, 4)
+    work()
+    # Run and acked: the result comes from the run record now.
+    finished = tasks.add.get_result(due.id)
+    assert finished.status == TaskResultStatus.SUCCESSFUL
+    assert finished.task == due.task
+    assert tasks.add.get_result(result.id).task.run_after == later
 
 
 def test_return_values_are_normalised_to_json() -> None:
@@ -189,6 +214,92 @@ def test_signals_of_a_failure(signals: list[tuple[str, Any]]) -> None:
     tasks.broken.enqueue("x")
     work()
     assert signals[-1] == ("finished", TaskResultStatus.FAILED)
+
+
+def test_a_task_raising_keyboard_interrupt_fails_like_any_other(
+    signals: list[tuple[str, Any]],
+) -> None:
+    """A worker thread's task raising KeyboardInterrupt is the task failing (Ctrl-C reaches
+    the worker's main thread, never a task): recorded, finished, signalled."""
+    result = tasks.interrupted.enqueue()
+    assert work() == 0
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.finished_at is not None
+    (error,) = result.errors
+    assert error.exception_class is KeyboardInterrupt
+    assert "the task's own code raised it" in error.traceback
+    assert TaskRun.objects.get(pk=int(result.id)).status == TaskResultStatus.FAILED
+    assert signals[-1] == ("finished", TaskResultStatus.FAILED)
+
+
+# -- result retention -----------------------------------------------------------------------------
+
+
+def backends(**retention: object) -> dict[str, Any]:
+    """TASKS with a backend per keyword, each with that result_retention (None: no option)."""
+    return {
+        alias: {
+            "BACKEND": "dbqueue_django.tasks.DBQueueBackend",
+            "QUEUES": ["default", "emails"],
+            "OPTIONS": {} if kept is None else {"result_retention": kept},
+        }
+        for alias, kept in retention.items()
+    }
+
+
+def test_the_worker_applies_each_backends_result_retention() -> None:
+    week = dt.timedelta(days=7)
+    with override_settings(TASKS=backends(default="7d", other=None)):
+        old = task_rows.result("default", "SUCCESSFUL", 2 * week).pk
+        old_failure = task_rows.failed_task("default", 2 * week)
+        recent = task_rows.result("default", "SUCCESSFUL", dt.timedelta(days=1)).pk
+        other = task_rows.result("default", "SUCCESSFUL", 2 * week, backend="other").pk
+        assert work() == 0  # a burst with nothing to run prunes all the same
+    assert set(TaskRun.objects.values_list("pk", flat=True)) == {recent, other}
+    assert not TaskItem.objects.filter(pk=old_failure).exists()
+    assert old not in set(TaskRun.objects.values_list("pk", flat=True))
+
+
+def test_a_backend_that_cannot_be_loaded_does_not_stop_the_worker() -> None:
+    """It is not dbqueue's, and Django's checks report it."""
+    broken = {"missing": {"BACKEND": "does.not.exist"}}
+    with override_settings(TASKS={**backends(default="7d"), **broken}):
+        task_rows.result("default", "SUCCESSFUL", dt.timedelta(days=30))
+        result = tasks.add.enqueue(1, 2)
+        assert work() == 1
+    assert list(TaskRun.objects.values_list("pk", flat=True)) == [int(result.id)]
+
+
+def test_without_a_retention_results_are_kept() -> None:
+    with override_settings(TASKS=backends(default=None)):
+        kept = task_rows.result("default", "SUCCESSFUL", dt.timedelta(days=3650)).pk
+        work()
+    assert list(TaskRun.objects.values_list("pk", flat=True)) == [kept]
+
+
+def test_a_retention_may_be_a_timedelta() -> None:
+    with override_settings(TASKS=backends(default=dt.timedelta(hours=1))):
+        assert task_backends["default"].result_retention == dt.timedelta(hours=1)  # type: ignore[attr-defined]
+        task_rows.result("default", "FAILED", dt.timedelta(hours=2))
+        work()
+    assert not TaskRun.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("a month", "'a month' is not a duration"),
+        (30, "30 is not a duration: write it as a string"),
+        (dt.timedelta(0), "must be a positive duration"),
+    ],
+)
+def test_a_bad_retention_is_reported_by_the_checks(value: object, message: str) -> None:
+    with override_settings(TASKS=backends(default=value)):
+        (error,) = task_backends["default"].check()
+    assert error.id == "dbqueue.E003"
+    assert error.msg.startswith("TASKS['default']['OPTIONS']['result_retention']")
+    assert message in error.msg
 
 
 # -- bad input ------------------------------------------------------------------------------------

@@ -46,3 +46,8 @@ async def async_double(n: int) -> int:
 @task
 def unserialisable_result() -> object:
     return object()
+
+
+@task
+def interrupted() -> None:
+    raise KeyboardInterrupt("the task's own code raised it")

@@ -1,9 +1,12 @@
+# dbqueue: run against DBQueueBackend; every edit is marked "dbqueue:" (see ../../README.md).
 from typing import cast
 from unittest import mock
 
 from django.db import transaction
 from django.tasks import TaskResultStatus, default_task_backend, task_backends
-from django.tasks.backends.dummy import DummyBackend
+# dbqueue: the stand-in for Django's dummy backend, the database test case, the worker.
+from tests.django.upstream_tasks.adapt import DUMMY, DatabaseTestCase, run_worker
+from tests.django.upstream_tasks.adapt import DummyStandIn as DummyBackend
 from django.tasks.base import Task
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.test import SimpleTestCase, TransactionTestCase, override_settings
@@ -14,12 +17,12 @@ from . import tasks as test_tasks
 @override_settings(
     TASKS={
         "default": {
-            "BACKEND": "django.tasks.backends.dummy.DummyBackend",
+            "BACKEND": DUMMY,  # dbqueue: was "django.tasks.backends.dummy.DummyBackend"
             "QUEUES": [],
         }
     }
 )
-class DummyBackendTestCase(SimpleTestCase):
+class DummyBackendTestCase(DatabaseTestCase):  # dbqueue: was SimpleTestCase
     def setUp(self):
         default_task_backend.clear()
 
@@ -86,8 +89,10 @@ class DummyBackendTestCase(SimpleTestCase):
             test_tasks.calculate_meaning_of_life, (), {}
         )
 
-        enqueued_result = default_task_backend.results[0]
-        object.__setattr__(enqueued_result, "status", TaskResultStatus.SUCCESSFUL)
+        # dbqueue: the worker runs it, where this test set the dummy's stored status by hand:
+        # enqueued_result = default_task_backend.results[0]
+        # object.__setattr__(enqueued_result, "status", TaskResultStatus.SUCCESSFUL)
+        run_worker()
 
         self.assertEqual(result.status, TaskResultStatus.READY)
         result.refresh()
@@ -98,8 +103,10 @@ class DummyBackendTestCase(SimpleTestCase):
             test_tasks.calculate_meaning_of_life, (), {}
         )
 
-        enqueued_result = default_task_backend.results[0]
-        object.__setattr__(enqueued_result, "status", TaskResultStatus.SUCCESSFUL)
+        # dbqueue: the worker runs it, where this test set the dummy's stored status by hand:
+        # enqueued_result = default_task_backend.results[0]
+        # object.__setattr__(enqueued_result, "status", TaskResultStatus.SUCCESSFUL)
+        run_worker()
 
         self.assertEqual(result.status, TaskResultStatus.READY)
         await result.arefresh()
@@ -157,7 +164,7 @@ class DummyBackendTestCase(SimpleTestCase):
         with override_settings(
             TASKS={
                 "default": {
-                    "BACKEND": "django.tasks.backends.dummy.DummyBackend",
+                    "BACKEND": DUMMY,  # dbqueue: was "django.tasks.backends.dummy.DummyBackend"
                     "QUEUES": ["queue-1"],
                 }
             }
@@ -175,7 +182,7 @@ class DummyBackendTestCase(SimpleTestCase):
         with override_settings(
             TASKS={
                 "default": {
-                    "BACKEND": "django.tasks.backends.dummy.DummyBackend",
+                    "BACKEND": DUMMY,  # dbqueue: was "django.tasks.backends.dummy.DummyBackend"
                     "QUEUES": ["queue-1"],
                 }
             }
@@ -186,13 +193,13 @@ class DummyBackendTestCase(SimpleTestCase):
                 await task_with_custom_queue_name.aenqueue()
 
 
-class DummyBackendTransactionTestCase(TransactionTestCase):
-    available_apps = []
+class DummyBackendTransactionTestCase(DatabaseTestCase):  # dbqueue: was TransactionTestCase
+    available_apps = ["dbqueue_django"]  # dbqueue: was [], which leaves the task tables unflushed
 
     @override_settings(
         TASKS={
             "default": {
-                "BACKEND": "django.tasks.backends.dummy.DummyBackend",
+                "BACKEND": DUMMY,  # dbqueue: was "django.tasks.backends.dummy.DummyBackend"
             }
         }
     )

@@ -1,6 +1,9 @@
+# dbqueue: run against DBQueueBackend; every edit is marked "dbqueue:" (see ../../README.md).
 from django.db import transaction
 from django.tasks import TaskResultStatus, default_task_backend, task_backends
-from django.tasks.backends.immediate import ImmediateBackend
+# dbqueue: the stand-in for Django's immediate backend, and the database test case.
+from tests.django.upstream_tasks.adapt import IMMEDIATE, DatabaseTestCase
+from tests.django.upstream_tasks.adapt import ImmediateStandIn as ImmediateBackend
 from django.tasks.exceptions import InvalidTask
 from django.test import SimpleTestCase, TransactionTestCase, override_settings
 from django.utils import timezone
@@ -11,12 +14,12 @@ from . import tasks as test_tasks
 @override_settings(
     TASKS={
         "default": {
-            "BACKEND": "django.tasks.backends.immediate.ImmediateBackend",
+            "BACKEND": IMMEDIATE,  # dbqueue: was "django.tasks.backends.immediate.ImmediateBackend"
             "QUEUES": [],
         }
     }
 )
-class ImmediateBackendTestCase(SimpleTestCase):
+class ImmediateBackendTestCase(DatabaseTestCase):  # dbqueue: was SimpleTestCase
     def test_using_correct_backend(self):
         self.assertEqual(default_task_backend, task_backends["default"])
         self.assertIsInstance(task_backends["default"], ImmediateBackend)
@@ -254,7 +257,7 @@ class ImmediateBackendTestCase(SimpleTestCase):
         with override_settings(
             TASKS={
                 "default": {
-                    "BACKEND": "django.tasks.backends.immediate.ImmediateBackend",
+                    "BACKEND": IMMEDIATE,  # dbqueue: was "django.tasks.backends.immediate.ImmediateBackend"
                     "QUEUES": ["queue-1"],
                 }
             }
@@ -272,7 +275,7 @@ class ImmediateBackendTestCase(SimpleTestCase):
         with override_settings(
             TASKS={
                 "default": {
-                    "BACKEND": "django.tasks.backends.immediate.ImmediateBackend",
+                    "BACKEND": IMMEDIATE,  # dbqueue: was "django.tasks.backends.immediate.ImmediateBackend"
                     "QUEUES": ["queue-1"],
                 }
             }

@@ -1,3 +1,4 @@
+# dbqueue: run against DBQueueBackend; every edit is marked "dbqueue:" (see ../../README.md).
 import dataclasses
 import pickle
 from datetime import datetime
@@ -9,8 +10,10 @@ from django.tasks import (
     task,
     task_backends,
 )
-from django.tasks.backends.dummy import DummyBackend
-from django.tasks.backends.immediate import ImmediateBackend
+# dbqueue: the stand-ins for Django's dummy and immediate backends, and the database test case.
+from tests.django.upstream_tasks.adapt import DUMMY, IMMEDIATE, DatabaseTestCase
+from tests.django.upstream_tasks.adapt import DummyStandIn as DummyBackend
+from tests.django.upstream_tasks.adapt import ImmediateStandIn as ImmediateBackend
 from django.tasks.base import TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, Task
 from django.tasks.exceptions import (
     InvalidTask,
@@ -28,18 +31,18 @@ from . import tasks as test_tasks
 @override_settings(
     TASKS={
         "default": {
-            "BACKEND": "django.tasks.backends.dummy.DummyBackend",
+            "BACKEND": DUMMY,  # dbqueue: was "django.tasks.backends.dummy.DummyBackend"
             "QUEUES": ["default", "queue_1"],
         },
         "immediate": {
-            "BACKEND": "django.tasks.backends.immediate.ImmediateBackend",
+            "BACKEND": IMMEDIATE,  # dbqueue: was "django.tasks.backends.immediate.ImmediateBackend"
             "QUEUES": [],
         },
         "missing": {"BACKEND": "does.not.exist"},
     },
     USE_TZ=True,
 )
-class TaskTestCase(SimpleTestCase):
+class TaskTestCase(DatabaseTestCase):  # dbqueue: was SimpleTestCase
     def setUp(self):
         default_task_backend.clear()
 

@@ -1,0 +1,1 @@
+"""Django's own tests of its Tasks framework (``vendor/tasks``, see README.md)."""
