@@ -148,11 +148,11 @@ class RingQueueModel(BaseQueueModel, metaclass=RingQueueModelBase):
     ``class QueueOptions`` must set ``capacity``, the number of slots.
 
     A ring is a table of ``capacity`` preallocated slots that is only ever updated: FIFO,
-    bounded (a push into a full ring waits up to ``push_timeout``, then raises QueueFull) and
-    free of bloat. Messages that used their last attempt move to ``<Model>Failed``. Besides
-    the split queue's options (but ``keep_done``: slots are reused), ``QueueOptions`` takes
-    ``push_timeout``, ``hole_timeout`` and ``stranded_after``; a ring has no priorities and
-    no delays.
+    bounded (a push into a full ring spills into ``<Model>Failed``, or raises QueueFull, or
+    waits: ``when_full``) and free of bloat. Messages that used their last attempt move to
+    ``<Model>Failed``. Besides the split queue's options (but ``keep_done``: slots are
+    reused), ``QueueOptions`` takes ``when_full``, ``push_timeout``, ``hole_timeout`` and
+    ``stranded_after``; a ring has no priorities and no delays.
 
     Rows of this model are slots: ``id`` is the number of the message a slot holds (or last
     held), ``state`` says whether it is empty, ready, leased or waiting to be retried.
@@ -260,8 +260,9 @@ class TaskItem(QueueModel):
 
 
 class TaskRun(models.Model):
-    """What the worker recorded about a task: start, end, outcome, return value. A task's
-    queue item is deleted once it succeeds, so its result lives here (keyed by the item id)."""
+    """A task's result: what the worker recorded about it (start, end, outcome, return value).
+    A task's queue item is deleted once it succeeds, so its result lives here (keyed by the
+    item id). ``manage.py prunetasks`` and the backend's ``result_retention`` delete old ones."""
 
     id = models.BigIntegerField(primary_key=True)
     task_path = models.CharField(max_length=255)
