@@ -23,7 +23,9 @@ from dbqueue_django.orm import QueueManager, RingManager, push_instance
 from dbqueue_django.queue import DjangoQueue, QueueDescriptor
 from dbqueue_django.ring_model import RING_BASE_FIELDS, SLOT_STATES, RingQueueModelBase
 from dbqueue_django.ring_queue import RingDjangoQueue
+from dbqueue_django.schedule_rows import QueueSchedule  # noqa: F401 - registered with this app
 from dbqueue_django.spec import BASE_FIELDS
+from dbqueue_django.worker_rows import QueueWorker  # noqa: F401 - registered with this app
 
 STATE_CHOICES = [(s.value, s.name.lower()) for s in State]
 

@@ -1,19 +1,25 @@
 """The core worker over Django: each queue model with a handler becomes a consumer whose
-operations run on the worker thread's own Django connection."""
+operations run on the worker thread's own Django connection, and its heartbeat becomes rows of
+:class:`~dbqueue_django.worker_rows.QueueWorker` in each queue's database."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Iterable
 from typing import Any
 
 from django.db import connections
 
 from dbqueue.conninfo import libpq_conninfo
-from dbqueue.worker import Consumer, Worker
+from dbqueue.worker import Consumer, Worker, WorkerReport
+from dbqueue.worker.heartbeat import BEAT_EVERY
+from dbqueue.worker.loop import SUMMARY_EVERY
 from dbqueue.worker_queue import FrontWorkerQueue, worker_channel
 from dbqueue_django.handlers import Handler
+from dbqueue_django.models import TaskItem
 from dbqueue_django.queue import DjangoQueue
+from dbqueue_django.worker_rows import record_beat
 
 
 class DjangoWorkerQueue(FrontWorkerQueue):
@@ -64,6 +70,33 @@ class DjangoWorkerQueue(FrontWorkerQueue):
         connections[self.alias].close()
 
 
+class DjangoHeartbeat:
+    """Implements :class:`dbqueue.worker.Heartbeat`: each report is written as rows of
+    :class:`~dbqueue_django.worker_rows.QueueWorker`, those of a queue in its own database
+    (where ``queuestats`` reads its counts), on the maintenance thread's connections."""
+
+    def __init__(self, every: float = BEAT_EVERY) -> None:
+        self.every = every
+
+    def beat(self, report: WorkerReport) -> None:
+        by_alias: dict[str, list[tuple[str, int, int]]] = {}
+        for activity in report.queues:
+            queue = activity.queue
+            if isinstance(queue, DjangoWorkerQueue):
+                row = (queue.queue.model._meta.label, activity.handled, activity.failed)
+                by_alias.setdefault(queue.alias, []).append(row)
+        failure: Exception | None = None
+        for alias, rows in by_alias.items():
+            try:
+                record_beat(alias, report, rows)
+            except Exception as exc:  # a database out of reach, or not migrated
+                # Dropped: the next beat reconnects (and a database that is back is used).
+                connections[alias].close()
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+
 def build_worker(
     handlers: Iterable[Handler],
     *,
@@ -73,9 +106,16 @@ def build_worker(
     burst: bool = False,
     max_messages: int | None = None,
     reconnect_for: float | None = None,
+    heartbeat: DjangoHeartbeat | None = None,
+    summary_every: float = SUMMARY_EVERY,
+    health_file: str | os.PathLike[str] | None = None,
+    metrics_port: int | None = None,
 ) -> Worker:
     """A worker running ``handlers``, each queue on ``database`` (default: the router's);
-    ``reconnect_for``: see :class:`dbqueue.worker.Worker`."""
+    ``reconnect_for``, ``summary_every``, ``health_file`` and ``metrics_port``: see
+    :class:`dbqueue.worker.Worker`. A worker that runs tasks also
+    applies the Tasks backends' ``result_retention``. Its heartbeat (default: a
+    :class:`DjangoHeartbeat`) is what ``queuestats`` reads a queue's throughput from."""
     consumers = [
         Consumer(
             DjangoWorkerQueue(h.model.queue.using(database) if database else h.model.queue),
@@ -85,10 +125,20 @@ def build_worker(
         )
         for h in handlers
     ]
+    chores = []
+    if any(h.model is TaskItem for h in handlers):
+        from dbqueue_django.tasks import result_retention_chores  # Django 6+: django.tasks
+
+        chores = result_retention_chores(database)
     return Worker(
         consumers,
         concurrency=concurrency,
         burst=burst,
         max_messages=max_messages,
         reconnect_for=reconnect_for,
+        chores=chores,
+        heartbeat=heartbeat or DjangoHeartbeat(),
+        summary_every=summary_every,
+        health_file=health_file,
+        metrics_port=metrics_port,
     )

@@ -1,11 +1,16 @@
-"""Queue models named on a management command's line (``app_label.Model``)."""
+"""Queue models and databases named on a management command's line (``app_label.Model``,
+``--database ALIAS``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.apps import apps
 from django.core.management.base import CommandError
+from django.db import connections
+from django.utils.connection import ConnectionDoesNotExist
 
-from dbqueue_django.models import BaseQueueModel, is_queue_model
+from dbqueue_django.models import BaseQueueModel, is_queue_model, queue_models
 
 
 def queue_model(label: str) -> type[BaseQueueModel]:
@@ -19,3 +24,26 @@ def queue_model(label: str) -> type[BaseQueueModel]:
             f"{label!r} is not a queue model (a QueueModel or RingQueueModel subclass)"
         )
     return model
+
+
+def named_queue_models(labels: Sequence[str]) -> list[type[BaseQueueModel]]:
+    """The queue models ``labels`` name, each once, in order; with none, every installed
+    queue model, by label."""
+    if labels:
+        return [queue_model(label) for label in dict.fromkeys(labels)]
+    return sorted(queue_models(), key=lambda m: m._meta.label)
+
+
+def database_alias(alias: str | None) -> str | None:
+    """``alias`` if settings.DATABASES has it (None passes: the router's choice), or a
+    CommandError."""
+    if alias is None:
+        return None
+    try:
+        connections[alias]
+    except ConnectionDoesNotExist:
+        known = ", ".join(connections) or "none"
+        raise CommandError(
+            f"no database alias {alias!r} in settings.DATABASES (aliases: {known})"
+        ) from None
+    return alias
