@@ -7,12 +7,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.utils.connection import ConnectionDoesNotExist
 
 from dbqueue.commandline import archive_arguments
 from dbqueue.conninfo import libpq_conninfo as conninfo_from_params
 from dbqueue.errors import DBQueueError
-from dbqueue_django.management.labels import queue_model
+from dbqueue_django.management.labels import database_alias, queue_model
 from dbqueue_django.spec import spec_for_model
 
 
@@ -57,10 +56,8 @@ class Command(BaseCommand):
 def libpq_conninfo(alias: str) -> str:
     """The libpq connection string of database ``alias``, from Django's own connection
     parameters (only the keywords libpq knows: Django adds psycopg-only ones)."""
-    try:
-        connection: BaseDatabaseWrapper = connections[alias]
-    except ConnectionDoesNotExist:
-        raise CommandError(f"no database alias {alias!r} in settings.DATABASES") from None
+    database_alias(alias)
+    connection: BaseDatabaseWrapper = connections[alias]
     if connection.vendor != "postgresql":
         # The Spark source reads and writes with psycopg (COPY, SKIP LOCKED).
         raise CommandError(

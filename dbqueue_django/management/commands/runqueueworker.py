@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import autoreload
 
-from dbqueue.commandline import log_to_stderr, positive_float, positive_int
+from dbqueue.commandline import (
+    log_to_stderr,
+    positive_float,
+    positive_int,
+    worker_ops_arguments,
+)
 from dbqueue.errors import DBQueueError
+from dbqueue.worker import Worker
 from dbqueue_django.handlers import Handler, autodiscover, handlers
-from dbqueue_django.management.labels import queue_model
+from dbqueue_django.management.labels import database_alias, queue_model
 from dbqueue_django.worker import build_worker
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: The exit status with which Django's autoreloader asks for a restart.
+RELOAD_EXIT = 3
 
 
 class Command(BaseCommand):
@@ -50,6 +62,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--database", default=None, help="database alias (default: the router's choice)"
         )
+        worker_ops_arguments(parser)
         parser.add_argument(
             "--log-level",
             default="INFO",
@@ -57,25 +70,85 @@ class Command(BaseCommand):
             type=str.upper,
             help="level of the dbqueue logs on stderr (default INFO)",
         )
+        parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="restart the worker when a source file changes, as runserver does "
+            "(development only)",
+        )
 
     def handle(self, *labels: str, **options: Any) -> None:
         log_to_stderr(options["log_level"])
+        database_alias(options["database"])
+        if options["reload"] and (options["burst"] or options["max_messages"]):
+            raise CommandError(
+                "--reload restarts a worker that runs until it is stopped: it does not go with "
+                "--burst or --max-messages"
+            )
+        if not options["reload"]:
+            self._run(self._worker(options))
+            return
+        if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) != "true":
+            # The reloader's first process: check the options before it starts a child. Ctrl-C
+            # reaches the child too (one process group); left alone, this process would kill it
+            # a quarter of a second later (subprocess.run), before its worker stopped cleanly.
+            self._worker(options)
+            signal.signal(signal.SIGINT, lambda signum, frame: None)
+        self._run_reloading(options)
+
+    def _worker(self, options: dict[str, Any]) -> Worker:
+        """The worker the options ask for, or a CommandError saying what is wrong."""
         autodiscover()
         selected = self._select(options["queues"])
-        worker = build_worker(
-            selected,
-            database=options["database"],
-            concurrency=options["concurrency"],
-            batch_size=options["batch_size"],
-            burst=options["burst"],
-            max_messages=options["max_messages"],
-            reconnect_for=options["reconnect_for"],
-        )
         try:
-            stats = worker.run()
+            return build_worker(
+                selected,
+                database=options["database"],
+                concurrency=options["concurrency"],
+                batch_size=options["batch_size"],
+                burst=options["burst"],
+                max_messages=options["max_messages"],
+                reconnect_for=options["reconnect_for"],
+                summary_every=options["summary_every"],
+                health_file=options["health_file"],
+                metrics_port=options["metrics_port"],
+            )
+        except DBQueueError as exc:  # a database dbqueue does not support, a bad declaration
+            raise CommandError(str(exc)) from exc
+
+    def _run(self, worker: Worker, *, handle_signals: bool = True) -> None:
+        try:
+            stats = worker.run(handle_signals=handle_signals)
         except DBQueueError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(stats.summary())
+
+    def _run_reloading(self, options: dict[str, Any]) -> None:
+        """Run under Django's autoreloader, as runserver does: the first process starts this
+        command again as a child, and again each time the child exits with RELOAD_EXIT. In
+        the child the worker runs in the reloader's thread while this one watches the source
+        files; a change, Ctrl-C or SIGTERM ends it (a change with RELOAD_EXIT), after the
+        worker finished the items it started and released the rest."""
+        serving: list[tuple[threading.Thread, Worker]] = []
+
+        def serve() -> None:
+            try:
+                worker = self._worker(options)  # the handlers as the code is now
+                serving.append((threading.current_thread(), worker))
+                self._run(worker, handle_signals=False)  # signals go to the watching thread
+            except CommandError as exc:
+                self.stderr.write(f"Error: {exc}\nWaiting for a source file to change.")
+
+        try:
+            autoreload.run_with_reloader(serve)
+        except SystemExit as exc:
+            if exc.code == RELOAD_EXIT:
+                self.stderr.write("A source file changed: restarting the worker.")
+            raise
+        finally:
+            for thread, worker in serving:
+                worker.stop(release_unstarted=True)
+                thread.join()
 
     def _select(self, labels: list[str]) -> list[Handler]:
         registered = handlers()
