@@ -19,6 +19,7 @@ from django.utils import timezone
 from dbqueue.errors import InvalidArgument
 from dbqueue.message import State
 from dbqueue.spec import index_name
+from dbqueue_django.generated import bind_to_module
 from dbqueue_django.orm import QueueManager, RingManager, push_instance
 from dbqueue_django.queue import DjangoQueue, QueueDescriptor
 from dbqueue_django.ring_model import RING_BASE_FIELDS, SLOT_STATES, RingQueueModelBase
@@ -80,7 +81,7 @@ def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
         "lease_until": models.DateTimeField(null=True, blank=True),
         "__str__": lambda self: f"{self.item_id} ({State(self.state).name.lower()})",
     }
-    return type(f"{data_model.__name__}QueueMeta", (models.Model,), attrs)
+    return bind_to_module(type(f"{data_model.__name__}QueueMeta", (models.Model,), attrs))
 
 
 class QueueModelBase(ModelBase):

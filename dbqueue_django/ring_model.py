@@ -83,7 +83,7 @@ def make_failed_model(
     }
     # A payload field named like a failed column is refused by the spec (InvalidSpec).
     attrs.update({f.name: f.clone() for f in payload if f.name not in attrs})
-    return type(f"{ring_model.__name__}Failed", (models.Model,), attrs)
+    return bind_to_module(type(f"{ring_model.__name__}Failed", (models.Model,), attrs))
 
 
 def ring_capacity(model: type[models.Model]) -> int | None:
