@@ -50,6 +50,32 @@ $(STAMP): pyproject.toml
 		exit 1; }
 	@touch $@
 
+# Debian's chromium, which the browser tests (marker `browser`: the admin's pages at 1280x800)
+# drive through Playwright, and `make screenshots` uses. CI starts from a fresh machine, so
+# `make test` installs it when it is missing; under CI a browser test fails without it.
+browser: ## Install Debian's chromium for the browser tests and screenshots, if missing
+	@if [ ! -x /usr/bin/chromium ]; then \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		echo "Installing Debian's chromium (apt-get)"; \
+		$$sudo apt-get update -q && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium || { \
+			echo "make: installing chromium failed; the browser tests need /usr/bin/chromium" >&2; \
+			exit 1; }; \
+	fi
+
+# Debian's PgBouncer, which the deployment guide's tests (tests/example/test_deploy_pgbouncer.py)
+# start from a config of their own, on a port of their own, never as a system service. CI
+# starts from a fresh machine, so `make test` installs it when it is missing.
+pgbouncer: ## Install Debian's pgbouncer for the deployment guide's tests, if missing
+	@if [ ! -x /usr/sbin/pgbouncer ]; then \
+		sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		echo "Installing Debian's pgbouncer (apt-get)"; \
+		$$sudo apt-get update -q && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends pgbouncer || { \
+			echo "make: installing pgbouncer failed; the PgBouncer tests need /usr/sbin/pgbouncer" >&2; \
+			exit 1; }; \
+	fi
+
 demo: venv ## Run the example shop's demo (embedded PostgreSQL unless DATABASE_URL is set)
 	cd example_project && $(abspath $(PY)) manage.py demo
 
@@ -57,8 +83,10 @@ demo-spark: venv ## Spark demo: 1M page views pushed from a DataFrame, drained, 
 	cd example_project && $(abspath $(PY)) manage.py demospark $(DEMO_ARGS)
 
 # One run_tests.py for every suite, so the log ends on the whole run's total (CI reads its last
-# line, "N passed, N failed").
-test: venv $(STAMP52) $(STAMP20) ## Run the whole test suite (PostgreSQL and SQLite), then the Django 5.2 LTS and SQLAlchemy 2.0 runs
+# line, "N passed, N failed, N skipped in T s").
+# The docs are built first (strict): a broken link or docstring reference fails the run;
+# browser installs the Chromium the admin's layout test drives.
+test: venv docs browser pgbouncer $(STAMP52) $(STAMP20) ## Build the docs (strict), run the whole test suite (PostgreSQL and SQLite), then the Django 5.2 LTS and SQLAlchemy 2.0 runs
 	$(PY) scripts/run_tests.py --also django52 $(VENV52)/bin/python --also sqlalchemy20 $(VENV20)/bin/python $(PYTEST_ARGS)
 
 # The edit-test loop: what needs neither PostgreSQL nor Spark (unit tests, SQLite), without the
@@ -146,7 +174,7 @@ typecheck: venv ## Type-check the three packages and the bench with mypy (strict
 
 check: lint typecheck test ## Run lint, typecheck and the whole test suite (what CI runs)
 
-screenshots: venv ## Retake the admin screenshots in docs/images (needs Debian's chromium)
+screenshots: venv browser ## Retake the admin screenshots in docs/images (1280 px wide, headless chromium)
 	$(PY) scripts/admin_screenshots.py
 
 docs: venv ## Build the documentation into site/ (mkdocs --strict)

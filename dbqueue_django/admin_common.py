@@ -4,6 +4,7 @@ read-only pages, the last error, deletes through the queue, and the counts above
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,12 +14,15 @@ from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
+from django.utils import formats, timezone
 from django.utils.html import format_html
 
 from dbqueue.message import format_age
+from dbqueue_django.admin_item_page import ItemPageAdmin
 
-#: Payload columns shown in a queue's list (all of them are on the detail page).
-LIST_PAYLOAD_FIELDS = 4
+#: Payload columns shown in a queue's list (all of them are on the detail page): three, so
+#: the list fits a 1280-px window beside the admin's menu and filters.
+LIST_PAYLOAD_FIELDS = 3
 #: Characters of the last error shown in the list.
 ERROR_PREVIEW = 80
 
@@ -26,6 +30,34 @@ ERROR_PREVIEW = 80
 def display_time(value: dt.datetime | None) -> str:
     """A time as the admin shows model fields: localised, in the current time zone."""
     return str(display_for_value(value, "-"))
+
+
+def list_time(value: dt.datetime | None) -> str:
+    """A time for a list's narrow column: its date and its time of day, each kept on one
+    line (localised, in the current time zone)."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    # This year's dates without the year ("Nov. 27"): the column stays narrow.
+    this_year = local.year == timezone.localtime().year
+    day = formats.date_format(local, "N j" if this_year else "SHORT_DATE_FORMAT")
+    return format_html(
+        '<span class="dbqueue-when" title="{}">{}</span> <span class="dbqueue-when">{}</span>',
+        display_time(value),
+        day,
+        formats.time_format(local, "TIME_FORMAT"),
+    )
+
+
+def time_column(field: str, description: str) -> Callable[[Any], str]:
+    """A list column showing the time in ``field`` as :func:`list_time` does, sorted by it."""
+
+    @admin.display(description=description, ordering=field)
+    def column(obj: Any) -> str:
+        return list_time(getattr(obj, field))
+
+    column.__name__ = column.__qualname__ = f"{field}_column"  # the cells' CSS class
+    return column
 
 
 def with_age(stats: dict[str, Any]) -> dict[str, Any]:
@@ -53,10 +85,10 @@ class Count:
     css: str = ""
 
 
-class QueueTableAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class QueueTableAdmin(ItemPageAdmin):
     """The shared half of the queue admins: rows are read-only (messages are pushed by code,
-    which validates them, and change through the actions), and deletes go through the queue,
-    which removes a message from every table that holds it."""
+    which validates them, and change through the actions and the item page's buttons), and
+    deletes go through the queue, which removes a message from every table that holds it."""
 
     list_per_page = 50
     change_list_template = "admin/dbqueue_django/queue_change_list.html"
@@ -85,7 +117,10 @@ class QueueTableAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def error(self, obj: Any) -> str:
         text = (obj.last_error or "").strip()
         last_line = text.splitlines()[-1] if text else ""
-        return last_line if len(last_line) <= ERROR_PREVIEW else last_line[:ERROR_PREVIEW] + "…"
+        if len(last_line) > ERROR_PREVIEW:
+            last_line = last_line[:ERROR_PREVIEW] + "…"
+        # In a box of bounded width, so the list shares its room with the payload's columns.
+        return format_html('<span class="dbqueue-error">{}</span>', last_line) if last_line else ""
 
     @admin.display(description="last error (traceback)")
     def traceback(self, obj: Any) -> str:
@@ -103,18 +138,6 @@ class QueueTableAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "queue_counts": self.queue_counts(request, stats),
         }
         return super().changelist_view(request, extra_context=context)
-
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        # Rows are read-only: they change through the actions.
-        context = {**(extra_context or {}), "show_save": False,
-                   "show_save_and_continue": False, "show_save_and_add_another": False}  # fmt: skip
-        return super().change_view(request, object_id, form_url, extra_context=context)
 
     def delete_model(self, request: HttpRequest, obj: models.Model) -> None:
         # The message number: the key of a split queue's row or a failed row, a slot's seq.

@@ -1,14 +1,16 @@
 """The admin of ring queues: the messages in the ring's slots, and its side table.
 
 Both lists show the ring's occupancy above them: its slots, the share in use, and how many
-messages are ready, leased, retrying (waiting out a back-off, in the side table) and failed.
+messages are ready, spilled (the overflow of a full ring, counted in ready too), leased,
+retrying (waiting out a back-off, in the side table) and failed.
 The slots' list shows only slots holding a message, in push order; **Delete** empties their
 slots. The side table's
 list (the failed model) shows the messages out of the ring: failed ones (the default filter),
-those waiting out a retry's back-off or put aside to be pushed again, and leases a pusher moved
-aside. It offers **Retry** for failed messages (each pushed again at the tail under a new
-number, attempts reset; those that find the ring full wait aside for a free slot) and
-**Delete**.
+those waiting out a retry's back-off or put aside to be pushed again, leases a pusher moved
+aside, and spilled messages (waiting for room in the ring: not failures, never offered for
+Retry, and shown under their own filter). It offers **Retry** for failed messages (each pushed
+again at the tail under a new number, attempts reset; those that find the ring full wait aside
+for a free slot) and **Delete**.
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ from django.http import HttpRequest
 
 from dbqueue.message import State
 from dbqueue.ring import SlotState
+from dbqueue.ring.states import SideState
 from dbqueue_django.admin_common import (
     LIST_PAYLOAD_FIELDS,
     Count,
     QueueTableAdmin,
     changelist_url_for,
+    time_column,
 )
+from dbqueue_django.admin_filters import ErrorClassFilter
 from dbqueue_django.ring_model import SIDE_STATES, SLOT_STATES
 from dbqueue_django.spec import payload_fields
 
@@ -40,9 +45,13 @@ def ring_counts(site: admin.AdminSite, ring: Any, stats: dict[str, Any]) -> list
     """The figures above a ring's lists (slots or failed)."""
     expired = f"{stats['expired']} expired" if stats["expired"] else ""
     failed_url = changelist_url_for(site, ring.failed_model)
+    spilled = stats.get("spilled", 0)
+    spilled_url = f"{failed_url}?state={int(SideState.SPILLED)}" if failed_url else None
     return [
         Count("slots", stats["capacity"], note=f"{stats['occupancy']:.0%} in use"),
         Count("ready", stats["ready"]),
+        # Counted in ready too: waiting for room in the ring, not failed.
+        Count("spilled", spilled, url=spilled_url if spilled else None),
         Count("leased", stats["leased"], note=expired),
         Count("retrying", stats["scheduled"]),
         Count("failed", stats["failed"], url=failed_url, css="failed"),
@@ -57,6 +66,13 @@ def ring_overview(site: admin.AdminSite, ring: Any, stats: dict[str, Any]) -> di
         "failed_url": changelist_url_for(site, ring.failed_model),
         "done_url": None,  # a ring keeps no done messages: its slots are reused
     }
+
+
+# The lists' time columns, kept narrow (see time_column); the pages show the fields.
+PUSHED_AT = time_column("pushed_at", "pushed at")
+LEASE_UNTIL = time_column("lease_until", "lease until")
+FAILED_AT = time_column("failed_at", "failed at")
+RUN_AT = time_column("run_at", "run at")
 
 
 class RingStateFilter(admin.SimpleListFilter):
@@ -77,7 +93,8 @@ class RingQueueModelAdmin(QueueTableAdmin):
     """The messages in a ring's slots (registered for every ring model automatically)."""
 
     actions: list[Any] = []  # Django's "Delete selected" stays: it empties the slots
-    list_filter = [RingStateFilter]
+    list_filter = [RingStateFilter, ErrorClassFilter]
+    search_fields = ["=seq", "last_error"]
     ordering = ["seq"]
     message_id_field = "seq"
 
@@ -87,7 +104,7 @@ class RingQueueModelAdmin(QueueTableAdmin):
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         names = [f.name for f in payload_fields(self.model)][:LIST_PAYLOAD_FIELDS]
-        return ["message", *names, "state", "attempts", "pushed_at", "lease_until", "error"]
+        return ["message", *names, "state", "attempts", PUSHED_AT, LEASE_UNTIL, "error"]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         names = [f.name for f in payload_fields(self.model)]
@@ -98,12 +115,16 @@ class RingQueueModelAdmin(QueueTableAdmin):
     def message(self, obj: Any) -> int:
         return int(obj.seq)
 
+    def item_state(self, obj: Any) -> str:
+        return dict(SLOT_STATES)[obj.state]
+
     def queue_counts(self, request: HttpRequest, stats: dict[str, Any]) -> list[Count]:
         return ring_counts(self.admin_site, self.model, stats)
 
 
 class SideStateFilter(admin.SimpleListFilter):
-    """Failed (the default), waiting, leased aside: the states of the side table's rows."""
+    """Failed (the default), waiting, leased aside, spilled: the states of the side table's
+    rows."""
 
     title = "state"
     parameter_name = "state"
@@ -135,16 +156,28 @@ class RingFailedAdmin(QueueTableAdmin):
     (registered for every ring's failed model automatically)."""
 
     actions = ["retry_messages"]  # and Django's "Delete selected"
-    list_filter = [SideStateFilter]
-    ordering = ["-failed_at", "-id"]
+    list_filter = [SideStateFilter, ErrorClassFilter]
+    search_fields = ["=id", "last_error"]
+    date_hierarchy = "failed_at"
+    # Newest failure first; Django adds -pk for ties itself, without marking the id sorted.
+    ordering = ["-failed_at"]
 
     @property
     def _queue(self) -> Any:
         return self.model.ring_model.queue
 
+    def item_state(self, obj: Any) -> str:
+        return dict(SIDE_STATES)[obj.state]
+
+    def item_noun(self) -> str:
+        return str(self.model.ring_model._meta.verbose_name)
+
+    def can_retry(self, obj: Any) -> bool:
+        return obj.state == State.FAILED  # type: ignore[no-any-return]
+
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         names = [f.name for f in payload_fields(self.model)][:LIST_PAYLOAD_FIELDS]
-        return ["id", *names, "state", "attempts", "pushed_at", "failed_at", "run_at", "error"]
+        return ["id", *names, "state", "attempts", FAILED_AT, RUN_AT, "error"]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         names = [f.name for f in payload_fields(self.model)]
@@ -157,11 +190,11 @@ class RingFailedAdmin(QueueTableAdmin):
 
     @admin.action(description="Retry selected messages", permissions=["change"])
     def retry_messages(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        ids = self._ids(queryset)
+        self.retry_ids(request, self._ids(queryset))
+
+    def retry_ids(self, request: HttpRequest, ids: list[int]) -> None:
         done = self._queue.retry(ids)
-        waiting = queryset.model._default_manager.using(queryset.db).filter(
-            id__in=ids, state=int(State.READY)
-        )
+        waiting = self.model._default_manager.filter(id__in=ids, state=int(State.READY))
         aside = waiting.count()
         text = f"{done - aside} message(s) pushed again."
         if aside:

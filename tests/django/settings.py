@@ -12,6 +12,7 @@ DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
 ROOT_URLCONF = "tests.django.urls"
+STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 _sqlite = os.path.join(tempfile.gettempdir(), f"dbqueue-test-{os.getpid()}-{worker_id()}.sqlite3")
@@ -27,7 +28,8 @@ DATABASES = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": _sqlite,
         "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
-        "TEST": {"NAME": _sqlite + ".test"},
+        # Made without PostgreSQL's: the browser tests need SQLite alone.
+        "TEST": {"NAME": _sqlite + ".test", "DEPENDENCIES": []},
     },
 }
 
@@ -37,6 +39,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # The live server of the browser tests serves the admin's stylesheets through it.
+    "django.contrib.staticfiles",
     "dbqueue_django",
     "tests.django.testapp",
 ]

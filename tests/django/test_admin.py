@@ -10,10 +10,13 @@ import pytest
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
 from dbqueue.message import State
 from dbqueue_django.admin import QueueModelAdmin, format_age, register_queue_models
+from dbqueue_django.admin_common import list_time
 from dbqueue_django.models import QueueOverview
+from tests.django.admin_items import failed_ping as make_failed
 from tests.django.admin_users import login_superuser, staff_with
 from tests.django.testapp.models import Job, KeptJob, Ping
 
@@ -27,18 +30,6 @@ OVERVIEW = "/admin/dbqueue_django/queueoverview/"
 @pytest.fixture
 def superuser(client: Client) -> Client:
     return login_superuser(client)
-
-
-def make_failed(message: str, error: str = "Traceback ...\nValueError: <b>bad</b>") -> int:
-    """A Ping failed for good, with ``error`` as its last error. Pushed with a high priority,
-    so its pops take it before any other ready item."""
-    item_id = Ping.queue.push(message=message, priority=100)
-    for _ in range(Ping.queue.spec.options.max_attempts):
-        (item,) = Ping.queue.pop_batch(1)
-        assert item.id == item_id
-        if Ping.queue.fail(item, error, delay=dt.timedelta(0))[item_id] == State.FAILED:
-            return item_id
-    raise AssertionError("the item never failed for good")
 
 
 def make_done(*names: str) -> list[int]:
@@ -112,7 +103,8 @@ def test_done_items_are_counted_filtered_and_listed(superuser: Client) -> None:
     assert {obj.name for obj in shown} == {"d1", "d2"}
     page = response.content.decode()
     assert '<td class="field-state">done</td>' in page
-    assert "Finished at" in page and 'class="field-finished_at">-<' not in page
+    # One column for when an item runs, or ran: a done item's is when it finished.
+    assert "Run at / finished" in page and 'class="field-run_or_finished">-<' not in page
     ready = superuser.get(KEPT, {"state": "ready"}).context["cl"].result_list
     assert [obj.name for obj in ready] == ["r"]
 
@@ -281,3 +273,13 @@ def test_a_queue_registered_by_the_project_is_left_alone() -> None:
 def test_ages_read_like_durations(seconds: float | None, text: str) -> None:
     age = None if seconds is None else dt.timedelta(seconds=seconds)
     assert format_age(age) == text
+
+
+def test_list_times_leave_out_this_years_year() -> None:
+    year = timezone.localtime().year
+    this_year = list_time(dt.datetime(year, 11, 5, 14, 30, tzinfo=dt.UTC))
+    assert '>Nov. 5</span> <span class="dbqueue-when">2:30 p.m.<' in this_year
+    assert f'title="Nov. 5, {year}, 2:30 p.m."' in this_year  # the whole time on hover
+    last_year = list_time(dt.datetime(year - 1, 11, 5, 14, 30, tzinfo=dt.UTC))
+    assert f">11/05/{year - 1}</span>" in last_year
+    assert list_time(None) == "-"

@@ -4,10 +4,8 @@ Django's transactions and database aliases, querysets, and query logging."""
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.db import connections, models, reset_queries, transaction
@@ -38,26 +36,6 @@ STATS_KEYS = {"ready", "scheduled", "leased", "expired", "done", "failed", "olde
 @pytest.fixture
 def queue(alias: str) -> DjangoQueue[Job]:
     return Job.queue.using(alias)
-
-
-@pytest.fixture
-def outside(alias: str) -> Iterator[Callable[[str], int]]:
-    """Row counts as another connection sees them (what is committed, not Django's view)."""
-    name = connections[alias].settings_dict["NAME"]
-    if alias == "default":
-        params = connections[alias].get_connection_params()
-        keys = ("dbname", "user", "password", "host", "port")
-        conn: psycopg.Connection | sqlite3.Connection = psycopg.connect(
-            **{k: params[k] for k in keys if params.get(k)}, autocommit=True
-        )
-    else:
-        conn = sqlite3.connect(name, isolation_level=None)
-
-    def count(table: str) -> int:
-        return int(conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
-
-    yield count
-    conn.close()
 
 
 def make_failed(queue: DjangoQueue[Job], name: str, max_attempts: int = 3) -> int:

@@ -4,6 +4,7 @@ occupancy, the failed messages with Retry and Delete, the overview, and permissi
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -12,7 +13,11 @@ from django.contrib import admin
 from django.test import Client
 
 from dbqueue.message import State
+from dbqueue.ring import RingQueue
+from dbqueue.ring.states import SideState
+from dbqueue_django.executor import DjangoExecutor
 from dbqueue_django.ring_admin import RingFailedAdmin, RingQueueModelAdmin
+from tests.django.admin_items import failed_tick as make_failed
 from tests.django.admin_users import login_superuser, staff_with
 from tests.django.testapp.models import Tick
 
@@ -33,18 +38,6 @@ def superuser(client: Client) -> Client:
 
 def push(*symbols: str) -> list[int]:
     return Tick.queue.push_many([{"symbol": s, "price": Decimal("1.5")} for s in symbols])
-
-
-def make_failed(symbol: str, error: str = "Traceback ...\nValueError: <b>bad</b>") -> int:
-    """A tick that used its two attempts (push it before any other): its number in the failed
-    table."""
-    Tick.queue.push(symbol=symbol, price=Decimal(1))
-    for _ in range(Tick.queue.spec.options.max_attempts):
-        (item,) = Tick.queue.pop_batch(1)
-        outcome = Tick.queue.fail(item, error, delay=dt.timedelta(0))
-        Tick.queue.rescue()  # the sweeper pushes a failed attempt again at once
-    assert outcome == {item.id: State.FAILED}
-    return int(item.id)
 
 
 def action(client: Client, url: str, name: str, ids: list[int], **extra: Any) -> Any:
@@ -209,3 +202,36 @@ def test_staff_without_permissions_see_no_ring(client: Client) -> None:
     staff = staff_with(client)
     assert staff.get(SLOTS).status_code == 403
     assert staff.get(FAILED).status_code == 403
+
+
+# -- spilled messages -------------------------------------------------------------------------
+
+
+def spill(*symbols: str) -> list[int]:
+    """Push into Tick as a ring declared when_full='spill' does (Tick itself waits)."""
+    spec = Tick.queue.spec
+    options = replace(spec.options, when_full="spill", push_timeout=dt.timedelta(seconds=5))
+    ex = DjangoExecutor("default")
+    ring = RingQueue(replace(spec, options=options), ex.dialect)
+    return ring.push_many(ex, [{"symbol": s, "price": Decimal("1.5")} for s in symbols])
+
+
+def test_spilled_messages_are_counted_listed_apart_and_never_retried(superuser: Client) -> None:
+    make_failed("DEAD")
+    numbers = spill(*[f"S{i}" for i in range(CAPACITY + 2)])
+    spilled = numbers[CAPACITY:]
+    shown = counts(superuser.get(SLOTS))
+    assert (shown["ready"].value, shown["spilled"].value) == (CAPACITY + 2, 2)
+    assert shown["spilled"].url == f"{FAILED}?state={int(SideState.SPILLED)}"
+    assert shown["failed"].value == 1
+    # The side table's default list is the failures: not the spilled messages.
+    assert {t.symbol for t in superuser.get(FAILED).context["cl"].result_list} == {"DEAD"}
+    listed = superuser.get(FAILED, {"state": str(int(SideState.SPILLED))})
+    assert sorted(t.id for t in listed.context["cl"].result_list) == spilled
+    assert ">spilled<" in listed.content.decode()
+    detail = superuser.get(f"{FAILED}{spilled[0]}/change/")
+    assert detail.context["title"] == "View spilled tick" and "retry_url" not in detail.context
+    spilled_list = f"{FAILED}?state={int(SideState.SPILLED)}"
+    response = action(superuser, spilled_list, "retry_messages", spilled)
+    assert "2 were not failed messages and stayed as they were." in response.content.decode()
+    assert Tick.failed_model.objects.filter(state=int(SideState.SPILLED)).count() == 2

@@ -4,30 +4,24 @@ attempt again until the message moves to the failed table; SIGTERM stops them cl
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from django.db import connections
 
 from dbqueue.message import State
 from dbqueue_django.handlers import Handler, autodiscover, handlers
 from dbqueue_django.worker import build_worker
+from tests.django.commands import start_command, wait_for
 from tests.django.testapp.models import Ping, Tick
 
 pytestmark = [
     pytest.mark.django,
     pytest.mark.django_db(transaction=True, databases=["default", "sqlite"]),
 ]
-ROOT = Path(__file__).resolve().parents[2]
-PATIENCE = 60.0
 SYMBOLS = ["A", "B", "BOOM", "C", "D"]
 
 
@@ -44,14 +38,6 @@ def push_ticks(alias: str) -> list[int]:
 def handled(alias: str) -> list[str]:
     """What the handler recorded: one Ping per tick handled successfully."""
     return sorted(p.message.split()[1] for p in Ping.queue.using(alias).items())
-
-
-def wait_for(condition: Callable[[], bool], what: str, log: Path) -> None:
-    deadline = time.monotonic() + PATIENCE
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}; log:\n{log.read_text()}")
-        time.sleep(0.1)
 
 
 def test_a_burst_in_this_process(alias: str, tick_handler: Handler) -> None:
@@ -71,22 +57,12 @@ def test_a_burst_in_this_process(alias: str, tick_handler: Handler) -> None:
 @pytest.fixture
 def worker(alias: str, tmp_path: Path) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
     """Start ``manage.py runqueueworker testapp.Tick`` on this test's database ``alias``."""
-    names = {a: connections[a].settings_dict["NAME"] for a in ("default", "sqlite")}
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.django.worker_settings",
-        "DBQUEUE_WORKER_DATABASES": json.dumps(names),
-        "PYTHONPATH": str(ROOT),
-    }
     log = tmp_path / "worker.log"
     procs: list[subprocess.Popen[bytes]] = []
 
     def start() -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "runqueueworker", "testapp.Tick",
-             f"--database={alias}", "--log-level=INFO"],
-            env=env, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        args = ["testapp.Tick", f"--database={alias}", "--log-level=INFO"]
+        proc = start_command("runqueueworker", *args, log=log)
         procs.append(proc)
         return proc
 

@@ -1,0 +1,180 @@
+"""The admin of a split queue (a data table and its meta table): the items with their state,
+counts per state, a filter by state, and the Retry, Set priority and Delete actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ActionForm
+from django.db.models import F, QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from dbqueue.errors import InvalidArgument
+from dbqueue.message import State
+from dbqueue_django.admin_common import (
+    LIST_PAYLOAD_FIELDS,
+    Count,
+    QueueTableAdmin,
+    display_time,
+    list_time,
+)
+from dbqueue_django.admin_filters import ErrorClassFilter
+from dbqueue_django.spec import payload_fields
+
+
+class StateFilter(admin.SimpleListFilter):
+    """Ready (due now), scheduled (due later), leased, done (kept by ``keep_done``), failed."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(s, s) for s in ("ready", "scheduled", "leased", "done", "failed")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value, now = self.value(), timezone.now()
+        if value == "ready":
+            return queryset.filter(queue_meta__state=State.READY, queue_meta__run_at__lte=now)
+        if value == "scheduled":
+            return queryset.filter(queue_meta__state=State.READY, queue_meta__run_at__gt=now)
+        if value == "leased":
+            return queryset.filter(queue_meta__state=State.LEASED)
+        if value in ("done", "failed"):
+            return queryset.filter(queue_meta__state=State.parse(value))
+        return queryset
+
+
+class QueueActionForm(ActionForm):
+    """The action bar, with the new priority for "Set priority"."""
+
+    # No label beside the box: the placeholder names it, so the bar keeps to one line.
+    priority = forms.IntegerField(
+        required=False,
+        label="",
+        widget=forms.NumberInput(
+            attrs={"placeholder": "priority", "aria-label": "Priority", "title": "-32768..32767"}
+        ),
+    )
+
+
+class QueueModelAdmin(QueueTableAdmin):
+    """The admin of one split queue model (registered for every one automatically)."""
+
+    action_form = QueueActionForm
+    # Django's own "Delete selected" stays (with its confirmation page): it ends in
+    # delete_queryset(), which deletes from both tables.
+    actions = ["retry_items", "set_priority"]
+    list_filter = [StateFilter, ErrorClassFilter]
+    search_fields = ["=id", "last_error"]
+    # A done or failed item's run_at is when it finished (see finished_at).
+    date_hierarchy = "queue_meta__run_at"
+    # No `ordering`: Django's list then orders by -pk (newest first) itself, and marks no column
+    # as sorted, whose arrows would widen the id column.
+
+    # -- what is shown ------------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        queryset: QuerySet[Any] = super().get_queryset(request)
+        annotated: QuerySet[Any] = queryset.annotate(
+            q_state=F("queue_meta__state"),
+            q_attempts=F("queue_meta__attempts"),
+            q_priority=F("queue_meta__priority"),
+            q_run_at=F("queue_meta__run_at"),
+            q_lease_until=F("queue_meta__lease_until"),
+        )
+        return annotated
+
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        names = [f.name for f in payload_fields(self.model)][:LIST_PAYLOAD_FIELDS]
+        return ["id", *names, "state", "attempts", "priority", "run_or_finished", "error"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        names = [f.name for f in payload_fields(self.model)]
+        return ["id", *names, "state", "attempts", "priority", "run_at", "finished_at",
+                "lease_until", "enqueued_at", "traceback"]  # fmt: skip
+
+    def queue_counts(self, request: HttpRequest, stats: dict[str, Any]) -> list[Count]:
+        expired = f"{stats['expired']} expired" if stats["expired"] else ""
+        return [
+            Count("ready", stats["ready"]),
+            Count("scheduled", stats["scheduled"]),
+            Count("leased", stats["leased"], note=expired),
+            Count("done", stats["done"], url="?state=done"),
+            Count("failed", stats["failed"], url="?state=failed", css="failed"),
+            Count("oldest ready", stats["oldest_ready"]),
+        ]
+
+    @admin.display(description="state", ordering="queue_meta__state")
+    def state(self, obj: Any) -> str:
+        if obj.q_state is None:
+            return "-"
+        state = State(obj.q_state)
+        if state is State.READY and obj.q_run_at > timezone.now():
+            return "scheduled"
+        return state.name.lower()
+
+    @admin.display(description="attempts", ordering="queue_meta__attempts")
+    def attempts(self, obj: Any) -> int | None:
+        return obj.q_attempts  # type: ignore[no-any-return]
+
+    @admin.display(description="priority", ordering="queue_meta__priority")
+    def priority(self, obj: Any) -> int | None:
+        return obj.q_priority  # type: ignore[no-any-return]
+
+    @admin.display(description="run at", ordering="queue_meta__run_at")
+    def run_at(self, obj: Any) -> str:
+        return display_time(obj.q_run_at)
+
+    @admin.display(description="finished at", ordering="queue_meta__run_at")
+    def finished_at(self, obj: Any) -> str:
+        # For a done or failed item run_at records when it left the queue (see split_fail,
+        # split_ack_done).
+        finished = obj.q_state in (State.DONE, State.FAILED)
+        return display_time(obj.q_run_at if finished else None)
+
+    @admin.display(description="lease until")
+    def lease_until(self, obj: Any) -> str:
+        return display_time(obj.q_lease_until)
+
+    @admin.display(description="run at / finished", ordering="queue_meta__run_at")
+    def run_or_finished(self, obj: Any) -> str:
+        # One column for both: a done or failed item's run_at is when it finished.
+        return list_time(obj.q_run_at)
+
+    # -- the item page ------------------------------------------------------------------------
+
+    def item_state(self, obj: Any) -> str:
+        return self.state(obj)
+
+    def can_retry(self, obj: Any) -> bool:
+        return obj.q_state == State.FAILED  # type: ignore[no-any-return]
+
+    def retry_ids(self, request: HttpRequest, ids: list[int]) -> None:
+        done = self._queue.retry(ids)
+        skipped = len(ids) - done
+        note = f" ({skipped} not failed, left as they were)" if skipped else ""
+        self.message_user(request, f"{done} item(s) back to ready{note}.", messages.SUCCESS)
+
+    # -- actions ------------------------------------------------------------------------------
+
+    @admin.action(description="Retry selected failed items", permissions=["change"])
+    def retry_items(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self.retry_ids(request, self._ids(queryset))
+
+    @admin.action(description="Set priority of selected items", permissions=["change"])
+    def set_priority(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        raw = request.POST.get("priority", "").strip()
+        try:
+            priority = int(raw)
+        except ValueError:
+            self.message_user(request, "Enter the new priority (an integer).", messages.ERROR)
+            return
+        try:
+            done = self._queue.set_priority(self._ids(queryset), priority)
+        except InvalidArgument as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return
+        self.message_user(request, f"{done} item(s) now have priority {priority}.")
