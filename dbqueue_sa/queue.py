@@ -265,7 +265,9 @@ class SAQueue[M]:
     compact = session_method(FrontQueue.compact)
     compact_if_grown = session_method(FrontQueue.compact_if_grown)
     stats = session_method(FrontQueue.stats)
+    pushed = session_method(FrontQueue.pushed)
     purge = session_method(FrontQueue.purge)
+    count = session_method(FrontQueue.count)
     delete = session_method(FrontQueue.delete)
 
     def pop_batch(
@@ -300,7 +302,9 @@ class SAQueue[M]:
     anext_due = async_session_method(FrontQueue.next_due)
     acompact = async_session_method(FrontQueue.compact)
     astats = async_session_method(FrontQueue.stats)
+    apushed = async_session_method(FrontQueue.pushed)
     apurge = async_session_method(FrontQueue.purge)
+    acount = async_session_method(FrontQueue.count)
     adelete = async_session_method(FrontQueue.delete)
 
     async def apop_batch(self, target: AsyncTarget, n: int = 1, **kw: Any) -> list[M]:
