@@ -27,9 +27,16 @@ import sqlalchemy as sa
 from django.db import connections
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from dbqueue.schema import create_ring_statements, create_statements, drop_ring_statements
+from dbqueue.schema import (
+    SCHEDULE_COLUMNS,
+    SCHEDULE_TABLE,
+    create_ring_statements,
+    create_statements,
+    drop_ring_statements,
+    schedule_statements,
+)
 from dbqueue.spec import QueueSpec
-from dbqueue_sa import JSONB, QueueMixin
+from dbqueue_sa import JSONB, QueueMixin, schedule_table
 from dbqueue_sa.tables import core_dialect
 from tests.conformance.spec import JOB_FIELDS, JOB_OPTIONS
 from tests.django.aliases import ALIASES
@@ -336,3 +343,25 @@ def constraint_shapes(alias: str, table: str) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         found = connection.introspection.get_constraints(cursor, table)
     return sorted((c["columns"], c["primary_key"], c["unique"]) for c in found.values())
+
+
+# -- the schedule table ---------------------------------------------------------------------
+
+
+def test_the_schedule_tables_agree(engine: sa.Engine, alias: str) -> None:
+    """Django's migrated ``dbqueue_schedule``, ``schedule_table``'s and the core DDL's, the
+    last two created under other names."""
+    names = (SCHEDULE_TABLE, "sa_schedule", "core_schedule")
+    metadata = sa.MetaData()
+    ours = schedule_table(sa.MetaData()).to_metadata(metadata, name=names[1])
+    quoted = f'"{SCHEDULE_TABLE}"'
+    (core,) = schedule_statements(core_dialect(engine.dialect.name))
+    with created(engine, metadata, [ours]):
+        with engine.begin() as conn:
+            conn.exec_driver_sql(core.replace(quoted, f'"{names[2]}"', 1))
+        try:
+            found = same(django_columns, alias, names)
+        finally:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f'DROP TABLE "{names[2]}"')
+    assert tuple(found) == SCHEDULE_COLUMNS
