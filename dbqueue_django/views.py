@@ -1,0 +1,83 @@
+"""Prometheus metrics of the queues, served by the web processes (the ``metrics`` extra).
+
+Mount :func:`metrics` in a URLconf (``path("metrics/", metrics)``): a scrape reads each queue
+model's depth by state, the age of its oldest ready item and how many items were ever pushed,
+from its database (as the router chooses it), at most once every
+:data:`~dbqueue.metrics.CACHE_FOR` seconds per process. The counters of handled and failed
+items and the handler durations live in the workers: scrape their ``--metrics-port``.
+Protect the URL as the application's other internal pages are (a network policy, or a view
+decorator of your own): it names the queues and their sizes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+
+from dbqueue.errors import MetricsUnavailable
+from dbqueue.metrics import CACHE_FOR, DepthCollector, QueueDepth, read_depth, require_prometheus
+from dbqueue_django.models import BaseQueueModel, queue_models
+
+
+def queue_label(model: type[BaseQueueModel], alias: str) -> str:
+    """A queue's ``queue`` label: the name the worker logs it by (``app_label.Model@alias``),
+    so the view's gauges and the worker's counters line up."""
+    return f"{model._meta.label}@{alias}"
+
+
+def read_models(models: Iterable[type[BaseQueueModel]]) -> list[QueueDepth]:
+    """Each model's reading on its database, each in a savepoint of its own: a queue whose
+    tables are missing reads as down without breaking the request's transaction."""
+    readings = []
+    for model in models:
+        queue: Any = model.queue
+        alias = queue.alias
+
+        def stats(queue: Any = queue, alias: str = alias) -> Any:
+            with transaction.atomic(using=alias):
+                return queue.stats()
+
+        def pushed(queue: Any = queue, alias: str = alias) -> int:
+            with transaction.atomic(using=alias):
+                return int(queue.pushed())
+
+        readings.append(read_depth(queue_label(model, alias), stats, pushed))
+    return readings
+
+
+def metrics_view(
+    models: Sequence[type[BaseQueueModel]] | None = None, *, cache_for: float = CACHE_FOR
+) -> Callable[[HttpRequest], HttpResponse]:
+    """A view serving the metrics of ``models`` (default: every installed queue model) in
+    Prometheus's text format, each reading serving scrapes for ``cache_for`` seconds."""
+    collector = DepthCollector(
+        lambda: read_models(models if models is not None else queue_models()),
+        cache_for=cache_for,
+    )
+    registry: Any = None
+    lock = threading.Lock()
+
+    def view(request: HttpRequest) -> HttpResponse:
+        nonlocal registry
+        try:
+            require_prometheus()
+        except MetricsUnavailable as exc:
+            raise ImproperlyConfigured(str(exc)) from None
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+        with lock:  # two first requests at once must not register the collector twice
+            if registry is None:
+                registry = CollectorRegistry(auto_describe=True)
+                registry.register(collector)
+        return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+    return view
+
+
+#: The view of every installed queue model: ``path("metrics/", metrics)``.
+metrics = metrics_view()
