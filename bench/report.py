@@ -222,6 +222,11 @@ COMPARISONS: list[tuple[str, tuple[str, ...], str]] = [
         ("dbqueue-sa-async", "dbqueue-sa"),
         "SQLAlchemy's asyncio API on asyncpg vs on psycopg, and the sync Session",
     ),
+    (
+        "dbqueue-django-async",
+        ("dbqueue-django",),
+        "Django's async twins (apush, apop_batch, aack) vs the sync manager",
+    ),
 ]
 
 

@@ -1,5 +1,9 @@
 """``Model.queue``: the queue API of a queue model (:class:`dbqueue.front.FrontQueue`) on
-Django's connection for a database alias; :mod:`dbqueue_django.ring_queue` binds the ring."""
+Django's connection for a database alias; :mod:`dbqueue_django.ring_queue` binds the ring.
+
+The ``a``-prefixed methods (``apush``, ``apop_batch``, ...) are the same operations for async
+views and consumers, run as Django runs its async ORM methods: see
+:mod:`dbqueue_django.async_twins`."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from django.db import models, router
 from dbqueue.front import AnyQueue, FrontQueue, shared_core
 from dbqueue.message import State
 from dbqueue.spec import QueueSpec
+from dbqueue_django.async_twins import async_twin, refuse_async_context
 from dbqueue_django.executor import DjangoExecutor
 from dbqueue_django.spec import payload_fields, spec_for_model
 
@@ -20,7 +25,9 @@ class DjangoQueue[M: models.Model](FrontQueue[M]):
     """The queue of one model on one database alias (the router's choice unless ``using``).
 
     Every operation runs one core statement on Django's connection for the alias, so it joins
-    the transaction the caller has open (``transaction.atomic()``).
+    the transaction the caller has open (``transaction.atomic()``). In async code, await the
+    ``a``-prefixed twin of an operation (``await Model.queue.apush(...)``): it runs on the
+    connection of the request's other ORM calls; outside a transaction it commits at once.
     """
 
     def __init__(self, model: type[M], alias: str | None = None) -> None:
@@ -41,14 +48,21 @@ class DjangoQueue[M: models.Model](FrontQueue[M]):
         return spec_for_model(self.model)
 
     def _bind(self) -> tuple[AnyQueue, DjangoExecutor]:
+        # Every operation binds before its first statement: refused here in async code with a
+        # hint at its twin, before Django's connection refuses it with a generic message.
+        refuse_async_context(self.model)
+        return self._bind_any_context()
+
+    def _bind_any_context(self) -> tuple[AnyQueue, DjangoExecutor]:
         # An executor per call: Django connections are per thread, so one cannot be cached.
         ex = DjangoExecutor(self.alias)
         return shared_core(self.model, ex.alias, self.spec, ex.dialect, self.core_class), ex
 
     @property
     def core(self) -> AnyQueue:
-        """The core queue behind this one, for this alias's database (used by the worker)."""
-        return self._bind()[0]
+        """The core queue behind this one, for this alias's database (used by the worker; it
+        runs no statement, so async code may ask for it too)."""
+        return self._bind_any_context()[0]
 
     # -- payloads and instances ---------------------------------------------------------------
 

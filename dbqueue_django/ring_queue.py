@@ -16,12 +16,15 @@ from django.db.models.functions import Coalesce
 from dbqueue.front import RingFrontQueue
 from dbqueue.message import State
 from dbqueue.ring import SlotState, item_state
+from dbqueue_django.async_twins import async_twin
 from dbqueue_django.queue import DjangoQueue
 
 
 class RingDjangoQueue[M: models.Model](DjangoQueue[M], RingFrontQueue[M]):
     """The queue of one ring model on one database alias (see :class:`DjangoQueue` and
     :class:`~dbqueue.front.RingFrontQueue`)."""
+
+    acheck = async_twin(RingFrontQueue.check)
 
     def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:
         """The slots holding a message, in push order; ``state`` is "ready" or "leased"

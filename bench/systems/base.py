@@ -11,7 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 if TYPE_CHECKING:
     from bench.env import BenchEnv
@@ -52,6 +52,36 @@ class Tally:
             self.first = now
         self.count += n
         self.last = now
+
+
+class Popped(Protocol):
+    """An item a front's pop returns."""
+
+    @property
+    def payload(self) -> Any: ...
+
+
+def serve_loop[T: Popped](
+    pop: Callable[[], list[T]],
+    ack: Callable[[list[T]], object],
+    seconds: float,
+    handle: Callable[[str], None],
+) -> Tally:
+    """The consumer loop of the fronts' :meth:`System.serve`: ``pop()`` a batch of items
+    (waiting :data:`IDLE_SLEEP` when there is none), ``handle`` each one's payload, ``ack``
+    them; for ``seconds``."""
+    tally = Tally()
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        items = pop()
+        if not items:
+            time.sleep(IDLE_SLEEP)
+            continue
+        for item in items:
+            handle(item.payload)
+        ack(items)
+        tally.add(len(items))
+    return tally
 
 
 class System(ABC):

@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bench.systems.base import IDLE_SLEEP, PAYLOAD, System, Tally
+from bench.systems.base import PAYLOAD, System, Tally, serve_loop
 
 if TYPE_CHECKING:
     from dbqueue_django.models import BaseQueueModel
@@ -110,18 +109,8 @@ class DBQueueDjango(System):
         self.queue.push(payload=payload)
 
     def serve(self, batch: int, seconds: float, handle: Callable[[str], None]) -> Tally:
-        tally, queue = Tally(), self.queue
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            items = queue.pop_batch(batch)
-            if not items:
-                time.sleep(IDLE_SLEEP)
-                continue
-            for item in items:
-                handle(item.payload)
-            queue.ack(items)
-            tally.add(len(items))
-        return tally
+        queue = self.queue
+        return serve_loop(lambda: queue.pop_batch(batch), queue.ack, seconds, handle)
 
     def take(self, batch: int) -> int:
         queue = self.queue

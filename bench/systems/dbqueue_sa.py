@@ -4,14 +4,13 @@ per pop and per ack."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from bench.systems.base import IDLE_SLEEP, PAYLOAD, System, Tally
+from bench.systems.base import PAYLOAD, System, Tally, serve_loop
 from dbqueue_sa import QueueMixin
 from dbqueue_sa.queue import SAQueue
 
@@ -116,15 +115,4 @@ class DBQueueSA(System):
         return tally
 
     def serve(self, batch: int, seconds: float, handle: Callable[[str], None]) -> Tally:
-        tally = Tally()
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            items = self._pop(batch)
-            if not items:
-                time.sleep(IDLE_SLEEP)
-                continue
-            for item in items:
-                handle(item.payload)
-            self._ack(items)
-            tally.add(len(items))
-        return tally
+        return serve_loop(lambda: self._pop(batch), self._ack, seconds, handle)
