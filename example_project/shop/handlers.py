@@ -1,24 +1,35 @@
-"""What ``manage.py runqueueworker`` does with each queued confirmation (send the e-mail), with
-the order events (record the sales) and with the page views (nothing yet: see below)."""
+"""What ``manage.py runqueueworker`` does with each queued confirmation (send the e-mail, once),
+with the order events (record the sales) and with the page views (nothing yet: see below)."""
 
 from __future__ import annotations
 
 from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import F
 
 from dbqueue_django import handler
-from shop.models import OrderConfirmation, OrderEvent, PageView, Sale
+from shop.models import OrderConfirmation, OrderEvent, PageView, Sale, SentConfirmation
 
 
 @handler(OrderConfirmation, batch_size=500)
 def send_confirmation(job: OrderConfirmation) -> None:
-    """Send one confirmation. An exception (an SMTP error) fails the item: the worker retries
-    it with back-off, and after ``max_attempts`` it waits in the admin's failed items."""
-    send_mail(
-        subject=f"Order #{job.order_id} confirmed",
-        message=f"Thank you for your order #{job.order_id}.",
-        from_email="shop@example.com",
-        recipient_list=[job.email],
-    )
+    """Send one confirmation, once: recorded as a ``SentConfirmation`` in the transaction that
+    sends it. An exception (an SMTP error) rolls the record back and fails the item: the
+    worker retries it with back-off, and after ``max_attempts`` it waits in the admin's failed
+    items. A confirmation delivered again (a worker died before its ack) is only counted."""
+    with transaction.atomic():
+        # A copy handled at the same moment by another worker waits on this row's key until
+        # the first commits, then finds it.
+        record, created = SentConfirmation.objects.get_or_create(order_id=job.order_id)
+        if not created:
+            SentConfirmation.objects.filter(pk=record.pk).update(deliveries=F("deliveries") + 1)
+            return
+        send_mail(
+            subject=f"Order #{job.order_id} confirmed",
+            message=f"Thank you for your order #{job.order_id}.",
+            from_email="shop@example.com",
+            recipient_list=[job.email],
+        )
 
 
 @handler(OrderEvent, batch=True, batch_size=256)

@@ -1,5 +1,6 @@
-"""The shop's orders, the queue of confirmation e-mails to send for them, the ring of order
-events its sales ledger is fed from, and the page views its analytics archive to Parquet."""
+"""The shop's orders, the queue of confirmation e-mails to send for them (and the record of
+those sent), the ring of order events its sales ledger is fed from, and the page views its
+analytics archive to Parquet."""
 
 from datetime import timedelta
 from decimal import Decimal
@@ -40,7 +41,7 @@ class OrderConfirmation(QueueModel):
 
 class OrderEvent(RingQueueModel):
     """An order placed, for the sales ledger: pushed in the order's transaction too. A ring
-    (1,024 preallocated slots): a steady stream that never grows a table or leaves bloat."""
+    (preallocated slots): a steady stream that never grows a table or leaves bloat."""
 
     order_id = models.BigIntegerField()
     total = models.DecimalField(max_digits=10, decimal_places=2)
@@ -67,6 +68,20 @@ class Sale(models.Model):
 
     def __str__(self) -> str:
         return f"Sale of order #{self.order_id} ({self.total})"
+
+
+class SentConfirmation(models.Model):
+    """The confirmation e-mails sent: one row per order, written by the handler in the
+    transaction that sends the e-mail, so an order with no row has had no e-mail. Delivery is
+    at least once: ``deliveries`` counts the times the worker handed the handler this order,
+    and a second one (a worker killed before its ack) finds the row and sends nothing."""
+
+    order_id = models.BigIntegerField(primary_key=True)
+    sent_at = models.DateTimeField(default=timezone.now)
+    deliveries = models.PositiveIntegerField(default=1)
+
+    def __str__(self) -> str:
+        return f"Confirmation of order #{self.order_id} sent at {self.sent_at:%Y-%m-%d %H:%M:%S}"
 
 
 class PageView(QueueModel):

@@ -28,7 +28,7 @@ from shop.management.report import (
     rate,
     total_items,
 )
-from shop.models import Order, OrderConfirmation, OrderEvent, Sale
+from shop.models import Order, OrderConfirmation, OrderEvent, Sale, SentConfirmation
 
 PUSH_BATCH = 1_000
 WORKER_THREADS = 2
@@ -140,6 +140,7 @@ class Command(Report):
         purged = queue.purge() + OrderEvent.queue.purge()
         deleted, _ = Order.objects.all().delete()
         Sale.objects.all().delete()
+        SentConfirmation.objects.all().delete()
         self.stdout.write(f"  removed {deleted} orders and {purged} queued messages")
         stats = queue.stats()
         self.checks(
