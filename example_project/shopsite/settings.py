@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from shopsite.connection_env import database_options, prepared_statements
 from shopsite.database import configure
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -59,7 +60,9 @@ TEMPLATES = [
 ]
 
 _database = configure(os.environ.get("DATABASE_URL"), DEMO_DATA)
-DATABASES = {"default": _database.settings}
+# Connection lifetime, per-request transactions and pooling: see shopsite/connection_env.py.
+DATABASES = {"default": {**_database.settings, **database_options(os.environ)}}
+DBQUEUE_PREPARED_STATEMENTS = prepared_statements(os.environ)
 #: Shown by the demo command's summary (never contains a password).
 SHOP_DATABASE_DESCRIPTION = _database.description
 # stderr, so that commands whose stdout is data (dumpdata, sqlmigrate) stay clean.
@@ -80,3 +83,21 @@ STATIC_URL = "static/"
 EMAIL_BACKEND = os.environ.get(
     "DJANGO_EMAIL_BACKEND", "django.core.mail.backends.locmem.EmailBackend"
 )
+
+# Logs to stderr, where gunicorn, systemd and docker collect them. With DEBUG off, Django
+# sends request errors (the 500s) only to mail_admins: without this, they leave no trace.
+# dbqueue logs warnings (failed items, expired leases) and the worker's summary once a minute
+# (each batch is at DEBUG: runqueueworker --log-level debug shows them).
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(threadName)s %(message)s"}
+    },
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "django.request": {"handlers": ["stderr"], "level": "ERROR", "propagate": False},
+        "dbqueue": {"handlers": ["stderr"], "level": "WARNING", "propagate": False},
+        "dbqueue.worker.summary": {"level": "INFO"},
+    },
+}
