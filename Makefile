@@ -18,6 +18,7 @@ BENCH_ARGS ?=
 DEMO_ARGS ?=
 CHAOS_MINUTES ?= 10
 CHAOS_ARGS ?=
+LOADTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 
@@ -120,6 +121,12 @@ bench-ring-storage: venv ## Measure the ring table's fillfactor (50/70/90/100), 
 
 bench-compaction-cost: venv ## Measure how long compaction holds a queue's lock, by rows copied (about 3 minutes)
 	$(PY) -m bench.compaction_cost $(BENCH_ARGS)
+
+bench-ring-when-full: venv ## Measure when_full: a spilling ring's hot path, a spilled push, bytes per slot (about 2 minutes)
+	$(PY) -m bench.ring_when_full $(BENCH_ARGS)
+
+bench-lease: venv ## Measure how soon a killed worker's items come back, by lease (60/15/10 s), about 25 minutes
+	$(PY) -m bench.lease $(BENCH_ARGS)
 
 bench-ring-partitions: venv ## Measure the ring's hot paths with its slot table in 1, 2, 4, 8 partitions (about 6 minutes)
 	$(PY) -m bench.ring_partitions $(BENCH_ARGS)
