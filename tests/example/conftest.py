@@ -9,12 +9,17 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
 from psycopg import sql
 
 from tests.pg import database_url, worker_id
+
+if TYPE_CHECKING:
+    from tests.example.deploy_guide import Machine
+from tests.processes import run_process
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "example_project"
 
@@ -23,15 +28,7 @@ def manage(database: str, *args: str, timeout: float = 300) -> subprocess.Comple
     """``python manage.py <args>`` in the example project, with ``DATABASE_URL=database``."""
     env = {**os.environ, "DATABASE_URL": database}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=EXAMPLE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_process([sys.executable, "manage.py", *args], env, cwd=EXAMPLE, timeout=timeout)
 
 
 @contextmanager
@@ -76,7 +73,25 @@ def dbqueue_worker(url: str, module: str) -> subprocess.CompletedProcess[str]:
     own sessions, as an example's README runs it."""
     env = {**os.environ, "DATABASE_URL": url}
     command = [sys.executable, "-m", "dbqueue_sa.cli", "worker", "--url", url, module, "--burst"]
-    return subprocess.run(
-        command, cwd=EXAMPLE.parent, env=env, capture_output=True, text=True, timeout=120,
-        check=False,
-    )  # fmt: skip
+    return run_process(command, env, cwd=EXAMPLE.parent, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def shop_dsn(pg_dsn: str) -> Iterator[str]:
+    """A database of the module's own with the example shop's tables (``manage.py migrate``),
+    for the deployment guide's tests."""
+    from tests.example.deploy_guide import PAGE_ENV, Machine, run_to_end
+
+    with scratch_pg_database(pg_dsn, "dbqueue_deploy") as url:
+        migrate = ["python", "manage.py", "migrate", "--verbosity", "0"]
+        run_to_end(Machine(url, 0).command(migrate, PAGE_ENV))
+        yield url
+
+
+@pytest.fixture
+def machine(shop_dsn: str) -> Machine:
+    """The deployment guide's placeholders on this machine: the shop's database, a free port."""
+    from bench.loadtest.shop import free_port
+    from tests.example.deploy_guide import Machine
+
+    return Machine(shop_dsn, free_port())
