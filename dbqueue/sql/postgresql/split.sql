@@ -207,15 +207,27 @@ WITH tok AS (
 )
 SELECT id, state FROM m;
 
+-- _held_in_order --
+-- A fragment of extend and release: the rows of `tok` still leased under their token, locked
+-- in id order as ack and fail lock them (_held_tokens). A batch is popped in priority order,
+-- not id order: locked in batch order, a worker's lease thread extending it and its handler
+-- thread acking it could deadlock, and the losing ack's item was delivered again.
+mine AS (
+    SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
+    WHERE m.state = {state_leased} AND m.attempts = COALESCE(tok.attempts, m.attempts)
+    ORDER BY m.id
+    FOR UPDATE OF m
+)
+
 -- split_extend --
 -- Heartbeat: a worker still busy with its batch pushes the leases it holds further out.
 WITH tok AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
-)
+), {_held_in_order}
 UPDATE {meta} AS m
 SET lease_until = statement_timestamp() + %(lease)s::interval
-FROM tok
-WHERE m.id = tok.id AND m.state = {state_leased} AND m.attempts = COALESCE(tok.attempts, m.attempts)
+FROM mine
+WHERE m.id = mine.id AND m.state = {state_leased}
 RETURNING m.id;
 
 -- split_release --
@@ -223,11 +235,11 @@ RETURNING m.id;
 -- line as before (run_at unchanged), the attempt their pop counted taken back.
 WITH tok AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
-)
+), {_held_in_order}
 UPDATE {meta} AS m
 SET state = {state_ready}, lease_until = NULL, attempts = m.attempts - 1
-FROM tok
-WHERE m.id = tok.id AND m.state = {state_leased} AND m.attempts = COALESCE(tok.attempts, m.attempts)
+FROM mine
+WHERE m.id = mine.id AND m.state = {state_leased}
 RETURNING m.id;
 
 -- split_not_leased --
