@@ -21,10 +21,8 @@ from dbqueue.health import (
     health_json,
     problems,
 )
-from dbqueue_sa.cli.common import EXIT_OK, Subcommand, engine_for, import_modules, url_of
-from dbqueue_sa.cli.stats import queue_stats
-from dbqueue_sa.discovery import declared, discover
-from dbqueue_sa.mixins import queue_classes
+from dbqueue_sa.cli.common import EXIT_OK, Subcommand
+from dbqueue_sa.cli.stats import stats_of_queues
 
 MISSING = "its tables do not exist in this database"
 
@@ -57,22 +55,12 @@ def _health_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_health(args: argparse.Namespace) -> int:
-    url = url_of(args)
-    if args.modules:
-        import_modules(args.modules, args.verbosity)
-    engine = engine_for(url)
-    try:
-        with engine.connect() as connection:
-            found = declared(queue_classes()) if args.modules else discover(connection)
-            checked = []
-            for queue in found:
-                stats = queue_stats(connection, queue)
-                if stats is None:
-                    checked.append(QueueHealth(queue.name, error=MISSING))
-                else:
-                    checked.append(QueueHealth(queue.name, stats["oldest_ready_age"]))
-    finally:
-        engine.dispose()
+    checked = [
+        QueueHealth(q.name, error=MISSING)
+        if stats is None
+        else QueueHealth(q.name, stats["oldest_ready_age"])
+        for q, stats in stats_of_queues(args)
+    ]
     lines = problems(checked, dt.timedelta(seconds=args.max_age))
     if args.health_file is not None:
         stale = health_file_problem(args.health_file, dt.timedelta(seconds=args.max_heartbeat_age))

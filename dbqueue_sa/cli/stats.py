@@ -80,7 +80,9 @@ def _text_row(row: dict[str, Any]) -> list[str]:
     ]
 
 
-def _run_stats(args: argparse.Namespace) -> int:
+def stats_of_queues(args: argparse.Namespace) -> list[tuple[FoundQueue, dict[str, Any] | None]]:
+    """Each queue the command names (those its ``modules`` declare, or every queue in the
+    database) with its stats (None: its tables are missing), read on one connection."""
     url = url_of(args)
     if args.modules:
         import_modules(args.modules, args.verbosity)
@@ -88,9 +90,13 @@ def _run_stats(args: argparse.Namespace) -> int:
     try:
         with engine.connect() as connection:
             queues = declared(queue_classes()) if args.modules else discover(connection)
-            rows = [_stats_row(q, queue_stats(connection, q)) for q in queues]
+            return [(q, queue_stats(connection, q)) for q in queues]
     finally:
         engine.dispose()
+
+
+def _run_stats(args: argparse.Namespace) -> int:
+    rows = [_stats_row(q, stats) for q, stats in stats_of_queues(args)]
     if args.json:
         print(json.dumps({"queues": rows}, indent=2))
     elif not rows:
