@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import CollectorRegistry
 
-    from dbqueue.worker.loop import Worker
+    from dbqueue.worker.consumer import Consumer
     from dbqueue.worker.tallies import Tallies
 
 log = logging.getLogger("dbqueue.metrics")
@@ -294,8 +294,9 @@ class MetricsServer:
         self._close()
 
 
-def worker_registry(worker: Worker, reader: ThreadReader) -> CollectorRegistry:
-    """A registry of the worker's collectors, and the process's own (CPU, memory, files)."""
+def worker_registry(tallies: Tallies, reader: ThreadReader) -> CollectorRegistry:
+    """A registry of a worker's collectors (its ``tallies``, the depths ``reader`` reads), and
+    the process's own (CPU, memory, files)."""
     from prometheus_client import (
         CollectorRegistry,
         GCCollector,
@@ -305,24 +306,27 @@ def worker_registry(worker: Worker, reader: ThreadReader) -> CollectorRegistry:
 
     registry = CollectorRegistry(auto_describe=True)
     registry.register(DepthCollector(reader))
-    registry.register(WorkerCollector(worker.tallies))
+    registry.register(WorkerCollector(tallies))
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
     return registry
 
 
-def serve_worker(worker: Worker, port: int, host: str = METRICS_HOST) -> MetricsServer:
-    """Serve ``worker``'s metrics over HTTP on ``port`` (0: a free port, see the result's
+def serve_worker(
+    tallies: Tallies, consumers: Sequence[Consumer], port: int, host: str = METRICS_HOST
+) -> MetricsServer:
+    """Serve the metrics of a worker (its ``tallies``, the depths of its ``consumers``'
+    queues) over HTTP on ``port`` (0: a free port, see the result's
     ``port``) until the result is closed. Raises :class:`~dbqueue.errors.MetricsUnavailable`
     without the extra or when the port cannot be listened on."""
     require_prometheus()
     from prometheus_client import start_http_server
 
-    worker.tallies.start(c.queue.name for c in worker.consumers)
-    queues = [c.queue for c in worker.consumers if isinstance(c.queue, Measured)]
+    tallies.start(c.queue.name for c in consumers)
+    queues = [c.queue for c in consumers if isinstance(c.queue, Measured)]
     reader = ThreadReader(queues)
-    registry = worker_registry(worker, reader)
+    registry = worker_registry(tallies, reader)
     try:
         httpd, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:

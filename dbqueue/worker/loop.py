@@ -179,7 +179,9 @@ class Worker(Handling, Maintenance, Leases, Signals):
         """Run until stopped; return the tallies. Raises a fatal :class:`DBQueueError`."""
         start = time.monotonic()
         if self.metrics_port is not None:
-            self.metrics = serve_worker(self, self.metrics_port, self.metrics_host)
+            self.metrics = serve_worker(
+                self.tallies, self.consumers, self.metrics_port, self.metrics_host
+            )
             log.info("metrics on http://%s:%d/metrics", self.metrics_host, self.metrics.port)
         restore = self._install_signals() if handle_signals else {}
         for listener in self.listeners:
