@@ -117,6 +117,7 @@ def run(plan: Plan, config: ShopConfig, say: Any = print) -> Result:
     shop.migrate()
     capacity, _ = _slots(config.dsn)
     sampler = ConnectionSampler(config.dsn)
+    shop.on_worker_start = sampler.worker_started
     phases: list[Phase] = []
     kills = 0
 
@@ -141,7 +142,6 @@ def run(plan: Plan, config: ShopConfig, say: Any = print) -> Result:
         p = phase("worker killed (SIGKILL), restarted")
         shop.stop_worker(signal.SIGKILL)
         kills += 1
-        sampler.orphan(shop.orphans)
         p.notes.append(f"{len(shop.orphans)} backend(s) of the killed worker left behind")
         shop.start_worker()
         time.sleep(plan.steady)

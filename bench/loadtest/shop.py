@@ -4,6 +4,7 @@ their connections in ``pg_stat_activity``, told apart by ``application_name``.""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import random
 import signal
@@ -14,6 +15,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
@@ -99,6 +101,11 @@ class Shop:
         self.worker: subprocess.Popen[bytes] | None = None
         #: The backends of a worker killed with SIGKILL, still there when it was reaped.
         self.orphans: frozenset[int] = frozenset()
+        #: When the current worker was started, on the server's clock: the worker backends
+        #: that started before are a killed worker's (see ConnectionSampler).
+        self.worker_since: dt.datetime | None = None
+        #: Told each new ``worker_since`` before the worker starts (the sampler's).
+        self.on_worker_start: Callable[[dt.datetime], None] = lambda since: None
         self.web_log = config.logs / "web.log"
         self.worker_log = config.logs / "worker.log"
         (config.logs / "outbox").mkdir(parents=True, exist_ok=True)
@@ -144,6 +151,8 @@ class Shop:
             return False
 
     def start_worker(self) -> None:
+        self.worker_since = server_now(self.config.dsn)
+        self.on_worker_start(self.worker_since)
         self.worker = self._start(
             [
                 sys.executable, "manage.py", "runqueueworker",
@@ -153,7 +162,7 @@ class Shop:
         )  # fmt: skip
         deadline = time.monotonic() + PATIENCE
         # Up when its connections are (a thread's, the maintenance thread's, the listener's).
-        while connections(self.config.dsn, self.orphans).get(WORKER, 0) < 1:
+        while connections(self.config.dsn, self.worker_since).get(WORKER, 0) < 1:
             if self.worker.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the worker did not start:\n{self.worker_log.read_text()}")
             time.sleep(0.1)
@@ -188,25 +197,47 @@ def end(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def server_now(dsn: str) -> dt.datetime:
+    """The database server's clock now (``pg_stat_activity.backend_start`` is on it)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+    assert row is not None
+    assert isinstance(row[0], dt.datetime)
+    return row[0]
+
+
+#: The worker backends started before the current worker (a killed worker's), by its start.
+_ORPHANED = "application_name = %(worker)s AND backend_start < %(since)s"
+
+
 def count_connections(
-    conn: psycopg.Connection[tuple[object, ...]], ignore: frozenset[int] = frozenset()
+    conn: psycopg.Connection[tuple[object, ...]], worker_since: dt.datetime | None = None
 ) -> Counter[str]:
-    """The other connections to ``conn``'s database now, by ``application_name``; backends whose
-    pid is in ``ignore`` left out."""
+    """The other connections to ``conn``'s database now, by ``application_name``; with
+    ``worker_since``, the worker backends that started before it left out."""
     rows = conn.execute(
         "SELECT application_name, count(*) FROM pg_stat_activity "
         "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-        "AND NOT pid = ANY(%s) GROUP BY 1",
-        [list(ignore)],
+        f"AND NOT coalesce({_ORPHANED}, false) GROUP BY 1",
+        {"worker": WORKER, "since": worker_since},
     ).fetchall()
     return Counter({str(name): int(str(n)) for name, n in rows})
 
 
-def connections(dsn: str, ignore: frozenset[int] = frozenset()) -> Counter[str]:
+def count_orphans(conn: psycopg.Connection[tuple[object, ...]], worker_since: dt.datetime) -> int:
+    """The worker backends that started before ``worker_since`` (a killed worker's)."""
+    row = conn.execute(
+        f"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND {_ORPHANED}",
+        {"worker": WORKER, "since": worker_since},
+    ).fetchone()
+    return int(str(row[0])) if row else 0
+
+
+def connections(dsn: str, worker_since: dt.datetime | None = None) -> Counter[str]:
     """The connections to ``dsn``'s database now, by ``application_name`` (see
     :func:`count_connections`)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return count_connections(conn, ignore)
+        return count_connections(conn, worker_since)
 
 
 def backends(dsn: str, application_name: str) -> frozenset[int]:
@@ -238,15 +269,17 @@ class ConnectionSampler:
     A process killed with SIGKILL leaves its backends behind until each next notices its client
     gone (at its next read or write; an idle one can wait a while), and a restarted process opens
     its own meanwhile: counted together, they would charge the new process with the dead one's
-    connections. :meth:`orphan` names such backends; they are counted apart, in ``orphans``."""
+    connections. So the worker backends that started before the current worker
+    (:meth:`worker_started`) are counted apart, in ``most_orphans``: told apart by their start
+    on the server's clock, even one the killed worker was still opening when it died."""
 
     def __init__(self, dsn: str, every: float = 0.25) -> None:
         self.dsn, self.every = dsn, every
         self.most: Counter[str] = Counter()
         self.most_total = 0
-        #: The most orphaned backends (see :meth:`orphan`) seen at once, and how many in all.
+        #: The most orphaned backends (a killed worker's) seen at once.
         self.most_orphans = 0
-        self.orphans: frozenset[int] = frozenset()
+        self.worker_since: dt.datetime | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
 
@@ -259,20 +292,18 @@ class ConnectionSampler:
         if self._thread.ident is not None:
             self._thread.join()
 
-    def orphan(self, pids: frozenset[int]) -> None:
-        """Count the backends ``pids`` (a killed process's) apart from now on."""
-        self.orphans = self.orphans | pids
+    def worker_started(self, since: dt.datetime) -> None:
+        """A worker starts now (``since``, on the server's clock): the worker backends older
+        than that are orphans from now on."""
+        self.worker_since = since
 
     def _run(self) -> None:
         with psycopg.connect(self.dsn, autocommit=True, application_name="loadtest") as conn:
             while not self._stop.wait(self.every):
-                orphans = self.orphans
-                now = count_connections(conn, orphans)
+                since = self.worker_since
+                now = count_connections(conn, since)
                 for name, n in now.items():
                     self.most[name] = max(self.most[name], n)
                 self.most_total = max(self.most_total, sum(now.values()))
-                if orphans:
-                    row = conn.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [list(orphans)]
-                    ).fetchone()
-                    self.most_orphans = max(self.most_orphans, int(str(row[0])) if row else 0)
+                if since is not None:
+                    self.most_orphans = max(self.most_orphans, count_orphans(conn, since))
