@@ -18,6 +18,13 @@ push per tick, whatever the number of workers. The decorator only declares::
 datetime in the schedule's zone) and returns them. A schedule's ``name`` identifies it in the
 schedule table: by default the handler's ``module.qualname``, so a handler with two schedules
 names at least one of them.
+
+A schedule can also be declared on the queue, whatever handler serves it: the queue option
+``schedule`` is a list of :func:`periodic_schedule` (pushed by every worker serving the
+queue, exactly once per tick like the handlers' schedules)::
+
+    class QueueOptions:
+        schedule = [periodic_schedule("*/5 * * * *", name="sweep", payload={"kind": "sweep"})]
 """
 
 from __future__ import annotations
@@ -160,6 +167,41 @@ def periodic[F: Callable[..., object]](
         return func
 
     return declare
+
+
+def periodic_schedule(
+    expression: str, *, name: str, tz: str = "UTC", payload: Payload | None = None
+) -> Schedule:
+    """A schedule for a queue's ``schedule`` option (Django's ``class QueueOptions``,
+    SQLAlchemy's ``__queue_options__``): a message pushed into the queue at every tick of
+    ``expression`` (cron) in zone ``tz`` (default UTC). ``name`` is required: it is the
+    schedule's row in the schedule table, unique among all schedules. ``payload``: the
+    message's fields, or a callable taking the tick (aware, in ``tz``). Raises
+    :class:`~dbqueue.errors.InvalidSpec` for a bad expression, zone, name or payload.
+    """
+    return Schedule.declare(expression, tz=tz, name=name, payload=payload)
+
+
+def queue_schedules(value: object) -> tuple[Schedule, ...]:
+    """The queue option ``schedule`` as a tuple; InvalidSpec unless it is a list or tuple of
+    :func:`periodic_schedule` with distinct names."""
+    if isinstance(value, Schedule) or not isinstance(value, list | tuple):
+        raise InvalidSpec(
+            f"schedule must be a list of periodic_schedule(...) (dbqueue.schedules), got {value!r}"
+        )
+    seen: set[str] = set()
+    for item in value:
+        if not isinstance(item, Schedule):
+            raise InvalidSpec(
+                f"schedule must be a list of periodic_schedule(...) (dbqueue.schedules); "
+                f"got an item {item!r}"
+            )
+        if item.name in seen:
+            raise InvalidSpec(
+                f"schedule: two schedules are named {item.name!r}; give each a distinct name"
+            )
+        seen.add(item.name)
+    return tuple(value)
 
 
 def schedules_of(func: Callable[..., object]) -> tuple[Schedule, ...]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from dbqueue.backoff import Backoff
 from dbqueue.errors import InvalidSpec
+from dbqueue.schedules import Schedule, queue_schedules
 
 #: Lower-case ASCII identifiers only: the same spelling works unquoted and quoted on every
 #: database we support, and no user text can smuggle a quote or a schema prefix in.
@@ -170,6 +171,10 @@ class QueueOptions:
     #: With ``synchronous_commit = on`` this spares two of the three flushes of a message
     #: popped and acked one by one. True makes them wait like every other commit.
     durable_acks: bool = False
+    #: Periodic schedules of the queue (:func:`dbqueue.schedules.periodic_schedule`): every
+    #: worker serving the queue pushes their ticks, whatever its handler, exactly once per
+    #: tick among them (see :mod:`dbqueue.scheduler`). A list is accepted.
+    schedule: tuple[Schedule, ...] = field(default=(), hash=False)
 
     def __post_init__(self) -> None:
         attempts = self.max_attempts
@@ -213,6 +218,7 @@ class QueueOptions:
                 raise InvalidSpec(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.keep_done and capacity is not None:
             raise InvalidSpec(f"keep_done is an option of split queues only; {SPLIT_HINT}")
+        object.__setattr__(self, "schedule", queue_schedules(self.schedule))
 
     @property
     def when_full_mode(self) -> WhenFull:

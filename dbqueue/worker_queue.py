@@ -18,6 +18,7 @@ from dbqueue.compaction import CompactResult
 from dbqueue.executor import Executor
 from dbqueue.front import AnyQueue, ExecutorFront, FrontQueue
 from dbqueue.message import RescueResult, State
+from dbqueue.schedules import Schedule
 
 
 class FrontWorkerQueue(ABC):
@@ -136,6 +137,11 @@ class ExecutorQueue(FrontWorkerQueue):
     @property
     def max_attempts(self) -> int:
         return self.queue.spec.options.max_attempts
+
+    @property
+    def queue_schedules(self) -> tuple[Schedule, ...]:
+        """The queue's own periodic schedules (its option ``schedule``)."""
+        return self.queue.spec.options.schedule
 
     @property
     def database(self) -> str:

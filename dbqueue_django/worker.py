@@ -12,6 +12,7 @@ from typing import Any
 from django.db import connections
 
 from dbqueue.conninfo import libpq_conninfo
+from dbqueue.schedules import Schedule
 from dbqueue.worker import Consumer, Worker, WorkerReport
 from dbqueue.worker.heartbeat import BEAT_EVERY
 from dbqueue.worker.loop import SUMMARY_EVERY
@@ -48,6 +49,11 @@ class DjangoWorkerQueue(FrontWorkerQueue):
     @property
     def max_attempts(self) -> int:
         return self.queue.core.spec.options.max_attempts
+
+    @property
+    def queue_schedules(self) -> tuple[Schedule, ...]:
+        """The queue's own periodic schedules (its option ``schedule``)."""
+        return self.queue.core.spec.options.schedule
 
     @property
     def database(self) -> str:

@@ -1,5 +1,5 @@
-"""The chore that pushes the ticks of the handlers' periodic schedules (see
-:mod:`dbqueue.scheduler`), on the maintenance thread."""
+"""The chore that pushes the ticks of the periodic schedules (see :mod:`dbqueue.scheduler`),
+those of the handlers and those of the queues they serve, on the maintenance thread."""
 
 from __future__ import annotations
 
@@ -7,17 +7,24 @@ from collections.abc import Sequence
 
 from dbqueue.errors import InvalidArgument
 from dbqueue.scheduler import CHECK_EVERY, Clock, Scheduler, ScheduleTarget
-from dbqueue.schedules import schedules_of
+from dbqueue.schedules import Schedule, schedules_of
 from dbqueue.worker.consumer import Chore, Consumer
 
 
 def schedule_chores(consumers: Sequence[Consumer], clock: Clock) -> list[Chore]:
-    """A chore pushing the ticks of the schedules declared on the consumers' handlers into
-    their queues (none without schedules). Raises InvalidArgument for a schedule whose queue
-    cannot take a scheduled push, InvalidSpec for two schedules of one name."""
+    """A chore pushing the ticks of the schedules declared on the consumers' handlers, and on
+    their queues (the queue option ``schedule``), into those queues (none without schedules).
+    Raises InvalidArgument for a schedule whose queue cannot take a scheduled push,
+    InvalidSpec for two schedules of one name."""
     pairs = []
+    queues_seen: set[int] = set()
     for consumer in consumers:
-        for schedule in schedules_of(consumer.handle):
+        declared: list[Schedule] = list(schedules_of(consumer.handle))
+        # A queue served by two consumers of this worker is scheduled once.
+        if id(consumer.queue) not in queues_seen:
+            queues_seen.add(id(consumer.queue))
+            declared.extend(getattr(consumer.queue, "queue_schedules", ()))
+        for schedule in declared:
             target = consumer.queue
             if not hasattr(target, "push_if_claimed"):
                 raise InvalidArgument(

@@ -1,5 +1,6 @@
-"""``dbqueue schedules``: the periodic schedules of the handlers in the named modules, each
-with its queue, the last tick a worker pushed and the next one."""
+"""``dbqueue schedules``: the periodic schedules of the handlers in the named modules and of
+their queues (the queue option ``schedule``), each with its queue, the last tick a worker
+pushed and the next one."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
     declared = [
         (schedule, model.__queue_spec__.table)
         for model, registered in handlers().items()
-        for schedule in schedules_of(registered.func)
+        for schedule in (*schedules_of(registered.func), *model.__queue_spec__.options.schedule)
     ]
     engine = engine_for(url)
     try:
@@ -71,7 +72,8 @@ def _run(args: argparse.Namespace) -> int:
 SUBCOMMAND = Subcommand(
     "schedules",
     "the periodic schedules of the handlers, with their last and next run",
-    "A table of the @periodic schedules of the handlers the MODULEs declare: name, queue, "
+    "A table of the periodic schedules of the handlers the MODULEs declare (@periodic) and of "
+    "their queues (the queue option schedule): name, queue, "
     "cron expression, time zone, the last tick a worker pushed and the next one.",
     _arguments,
     _run,

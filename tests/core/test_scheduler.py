@@ -15,7 +15,7 @@ import pytest
 from dbqueue import QueueOptions
 from dbqueue.message import Message
 from dbqueue.scheduler import Scheduler, schedule_rows
-from dbqueue.schedules import Schedule, periodic
+from dbqueue.schedules import Schedule, periodic, periodic_schedule
 from dbqueue.schema import SCHEDULE_TABLE, schedule_statements
 from dbqueue.worker import Consumer, Worker
 from tests.core.test_worker import DATABASES, Setup, make_setup, run_in_thread, wait_until
@@ -172,3 +172,44 @@ def test_the_worker_pushes_the_ticks_of_its_handlers(db: Setup) -> None:
         wait_until(lambda: handled == [5])
     finally:
         finish()
+
+
+@pytest.fixture(params=DATABASES)
+def scheduled_queue(request: pytest.FixtureRequest, table_name: str) -> Iterator[Setup]:
+    """A queue with a schedule of its own (the option ``schedule``), every five minutes."""
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    every_five_of_queue = periodic_schedule(
+        "*/5 * * * *", name=name, payload=lambda tick: {"n": tick.minute}
+    )
+    options = QueueOptions(schedule=(every_five_of_queue,))
+    setup = make_setup(request, request.param, table_name, options)
+    for statement in schedule_statements(setup.queue.dialect):
+        setup.ex.execute(statement, {})
+    yield setup
+    setup.ex.execute(f'DROP TABLE IF EXISTS "{SCHEDULE_TABLE}"', {})
+    setup.ex.close()  # type: ignore[attr-defined]
+
+
+def test_the_worker_pushes_the_ticks_of_its_queue_whatever_its_handler(
+    scheduled_queue: Setup,
+) -> None:
+    clock = Clock()
+    handled: list[int] = []
+
+    def handle(message: Message) -> None:  # no schedule of its own
+        handled.append(message.payload["n"])
+
+    (schedule,) = scheduled_queue.queue.spec.options.schedule
+    Scheduler([(schedule, scheduled_queue.binding())], clock=clock).run()
+    clock.now = T0 + 5 * MINUTE
+    workers = [Worker([Consumer(scheduled_queue.binding(), handle)], clock=clock) for _ in range(3)]
+    finishes = [run_in_thread(worker) for worker in workers]
+    try:
+        wait_until(lambda: handled == [5])
+    finally:
+        for finish in finishes:
+            finish()
+    assert handled == [5]
+    (row,) = [r for r in schedule_rows(scheduled_queue.ex) if r.name == schedule.name]
+    assert row.queue == scheduled_queue.queue.spec.table
+    assert row.last_tick == T0.replace(second=0) + 5 * MINUTE

@@ -1,15 +1,18 @@
 """Declaring periodic schedules (dbqueue.schedules): validation at declaration, and tick
-times in the schedule's zone, across DST changes (no database)."""
+times in the schedule's zone, across DST changes, and the queue option ``schedule`` (no
+database)."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from dbqueue.errors import InvalidSpec
-from dbqueue.schedules import Schedule, periodic, schedules_of
+from dbqueue.schedules import Schedule, periodic, periodic_schedule, schedules_of
+from dbqueue.spec import QueueOptions, options_from
 
 PARIS = ZoneInfo("Europe/Paris")
 UTC = dt.UTC
@@ -106,3 +109,49 @@ def test_two_schedules_of_one_name_on_a_handler_are_refused() -> None:
         @periodic("0 * * * *")
         @periodic("*/5 * * * *")
         def job(item: object) -> None: ...
+
+
+def test_a_queue_option_schedule_is_kept_as_a_tuple_in_order() -> None:
+    sweep = periodic_schedule("*/5 * * * *", name="sweep", payload={"kind": "sweep"})
+    nightly = periodic_schedule("0 3 * * *", name="nightly", tz="Europe/Paris")
+    options = QueueOptions(schedule=[sweep, nightly])  # type: ignore[arg-type]
+    assert options.schedule == (sweep, nightly)
+    assert nightly.zone == PARIS and nightly.payload == {}
+
+
+@pytest.mark.parametrize(
+    ("declare", "says"),
+    [
+        (lambda: periodic_schedule("61 * * * *", name="s"), "is not a cron expression"),
+        (lambda: periodic_schedule("* * * * *", name="s", tz="Mars/Base"), "unknown time zone"),
+        (lambda: periodic_schedule("* * * * *", name="s", payload=3), "payload must be a mapping"),
+        (lambda: periodic_schedule("* * * * *", name=""), "name must be 1 to 200 characters"),
+    ],
+)
+def test_a_bad_queue_schedule_is_refused_where_it_is_written(
+    declare: Callable[[], object], says: str
+) -> None:
+    with pytest.raises(InvalidSpec, match=says):
+        declare()
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ([periodic_schedule("* * * * *", name="s")] * 2, "two schedules are named 's'"),
+        (periodic_schedule("* * * * *", name="s"), "must be a list of"),
+        (["* * * * *"], "got an item '\\* \\* \\* \\* \\*'"),
+        ("* * * * *", "must be a list of"),
+    ],
+)
+def test_a_queue_option_schedule_that_is_not_a_list_of_distinct_schedules_is_refused(
+    value: object, says: str
+) -> None:
+    with pytest.raises(InvalidSpec, match=says) as refused:
+        options_from(
+            {"schedule": value}, label="app.Job.QueueOptions", ring=False, aware_datetimes=True,
+            ring_hint="",
+        )  # fmt: skip
+    assert str(refused.value).startswith("app.Job.QueueOptions: schedule must be") or str(
+        refused.value
+    ).startswith("app.Job.QueueOptions: schedule: two schedules")

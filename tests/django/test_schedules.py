@@ -16,10 +16,11 @@ from django.core.management import CommandError, call_command
 from django.db import connections
 
 from dbqueue.scheduler import Scheduler
-from dbqueue.schedules import periodic, schedules_of
+from dbqueue.schedules import periodic, periodic_schedule, schedules_of
 from dbqueue_django import handler
 from dbqueue_django.handlers import handlers, unregister
 from dbqueue_django.schedule_rows import QueueSchedule
+from dbqueue_django.spec import options_of
 from dbqueue_django.worker import DjangoWorkerQueue
 from tests.django.testapp.models import Job
 
@@ -105,6 +106,22 @@ def test_queueschedules_lists_last_and_next_run(schedule_name: str) -> None:
     assert listed["last_run"] == "2026-11-27T13:00:00+01:00"
     assert listed["zone"] == "Europe/Paris" and listed["database"] == "default"
     assert dt.datetime.fromisoformat(listed["next_run"]) > dt.datetime.now(dt.UTC)
+
+
+def test_queueschedules_lists_the_schedules_of_the_queue_too(
+    schedule_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    of_queue = f"{schedule_name}-queue"
+    declared = {k: v for k, v in vars(Job.QueueOptions).items() if not k.startswith("_")}
+    schedule = [periodic_schedule("0 3 * * *", tz="Europe/Paris", name=of_queue)]
+    monkeypatch.setattr(
+        Job, "QueueOptions", type("QueueOptions", (), declared | {"schedule": schedule})
+    )
+    assert options_of(Job).schedule == tuple(schedule)
+    monkeypatch.delitem(Job.queue.__dict__, "spec", raising=False)  # the spec cached without it
+    listed = {s["name"]: s for s in json.loads(queueschedules("--json"))["schedules"]}
+    assert listed[schedule_name]["queue"] == listed[of_queue]["queue"] == "testapp.Job"
+    assert listed[of_queue]["expression"] == "0 3 * * *" and listed[of_queue]["last_run"] is None
 
 
 def test_queueschedules_refuses_an_unknown_database() -> None:

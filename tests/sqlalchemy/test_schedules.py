@@ -18,6 +18,7 @@ from dbqueue.schedules import schedules_of
 from dbqueue_sa import build_worker
 from dbqueue_sa.handlers import handlers
 from tests.sqlalchemy.cli_support import dbqueue
+from tests.sqlalchemy.every_second_app import EVERY_SECOND, BeatBase
 from tests.sqlalchemy.schedules_app import NIGHTLY, SCHEDULES, Report, ReportBase, build_report
 
 MODULE = "tests.sqlalchemy.schedules_app"
@@ -98,3 +99,17 @@ def test_the_schedules_command_says_when_the_table_is_missing(url: str) -> None:
     done = dbqueue("schedules", "--url", url, MODULE)
     assert done.returncode == 1
     assert "the schedule table (dbqueue_schedule) could not be read" in done.stderr
+
+
+def test_the_schedules_command_lists_the_schedules_of_the_queues_too(url: str) -> None:
+    engine = sa.create_engine(url)
+    BeatBase.metadata.create_all(engine)
+    try:
+        done = dbqueue("schedules", "--url", url, "tests.sqlalchemy.every_second_app", "--json")
+    finally:
+        BeatBase.metadata.drop_all(engine)
+        engine.dispose()
+    assert done.returncode == 0, done.stderr
+    (listed,) = json.loads(done.stdout)["schedules"]
+    assert listed["name"] == EVERY_SECOND and listed["queue"] == "sa_beat"
+    assert listed["expression"] == "* * * * * *" and listed["last_run"] is None

@@ -1,5 +1,6 @@
-"""``manage.py queueschedules``: the periodic schedules of the installed apps' handlers, each
-with its queue, the last tick a worker pushed and the next one, as a table or JSON."""
+"""``manage.py queueschedules``: the periodic schedules of the installed apps' handlers and of
+the queues they serve (the queue option ``schedule``), each with its queue, the last tick a
+worker pushed and the next one, as a table or JSON."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from dbqueue_django.schedule_rows import QueueSchedule
 
 class Command(BaseCommand):
     help = (
-        "List the periodic schedules (@periodic) of the installed apps' handlers: name, "
+        "List the periodic schedules of the installed apps' handlers (@periodic) and of their "
+        "queues (QueueOptions.schedule): name, "
         "queue, cron expression, time zone, the last tick a worker pushed and the next one."
     )
 
@@ -37,7 +39,8 @@ class Command(BaseCommand):
         declared: list[tuple[Schedule, str, str]] = []
         for model, registered in handlers().items():
             queue = model.queue.using(alias) if alias else model.queue
-            for schedule in schedules_of(registered.func):
+            queue_declared = queue.spec.options.schedule
+            for schedule in (*schedules_of(registered.func), *queue_declared):
                 declared.append((schedule, model._meta.label, queue.alias))
         last_ticks: dict[str, dt.datetime | None] = {}
         for database in dict.fromkeys(d for _, _, d in declared):
