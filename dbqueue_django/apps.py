@@ -28,8 +28,8 @@ class DBQueueConfig(AppConfig):
         self._register_admin()
 
     def _register_admin(self) -> None:
-        """Every queue model in the admin, and the task results, unless the project registered
-        them itself.
+        """Every queue model in the admin, the task results and the periodic schedules, unless
+        the project registered them itself.
 
         The admin modules are imported first (as the admin's own ready() does; imports are
         cached, so nothing registers twice), whatever the order of INSTALLED_APPS.
@@ -41,8 +41,10 @@ class DBQueueConfig(AppConfig):
         from django.contrib import admin
 
         from dbqueue_django.admin import register_queue_models
+        from dbqueue_django.schedules_admin import register_schedules
         from dbqueue_django.tasks_admin import register_task_results
 
         admin.autodiscover()
         register_queue_models(admin.site)
         register_task_results(admin.site)
+        register_schedules(admin.site)

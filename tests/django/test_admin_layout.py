@@ -1,9 +1,11 @@
 """The admin's pages in headless Chromium at 1280x800, served by a live server on SQLite: the
-overview, every queue's list and a failed item's page fit the window without scrolling
-sideways, no cell of a list is cut off, and the action bar keeps to one line."""
+overview, every queue's list, the schedules' list and a failed item's page fit the window
+without scrolling sideways, no cell of a list is cut off, and the action bar keeps to one
+line."""
 
 from __future__ import annotations
 
+import datetime as dt
 from decimal import Decimal
 
 import pytest
@@ -14,6 +16,7 @@ from pytest_django.fixtures import Settings
 from pytest_django.live_server_helper import LiveServer
 
 from dbqueue_django.admin_common import QueueTableAdmin
+from dbqueue_django.schedule_rows import QueueSchedule
 from tests.django import browser
 from tests.django.admin_items import failed_ping as failed
 from tests.django.admin_items import failed_task, failed_tick
@@ -79,11 +82,23 @@ def fill_queues() -> dict[str, int]:
     ids["tick"] = failed_tick("DEADBEEF", refused)
     Tick.queue.push_many([{"symbol": "ACME", "price": Decimal("12345678.1234")}] * 3)
     ids["task"] = failed_task("emails", refused, runs=2)
+    since = dt.datetime(2026, 11, 27, 2, 0, tzinfo=dt.UTC)
+    for i in range(3):
+        QueueSchedule.objects.create(
+            name=f"shop.handlers.build_nightly_report_for_every_warehouse_{i}",
+            queue="shop.Report@default",
+            expression="0 3 * * mon-fri",
+            timezone="America/Argentina/Buenos_Aires",
+            since=since,
+            last_tick=since,
+            next_tick=since + dt.timedelta(days=1),
+        )
     return ids
 
 
 def admin_pages(ids: dict[str, int]) -> list[str]:
-    """The overview, every queue's list (the failed items' too), and failed items' pages."""
+    """The overview, every queue's list (the failed items' too), the schedules' list, and
+    failed items' pages."""
     lists = [
         f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
         for model, model_admin in admin.site._registry.items()
@@ -93,6 +108,7 @@ def admin_pages(ids: dict[str, int]) -> list[str]:
         "/admin/dbqueue_django/queueoverview/",
         *lists,
         "/admin/testapp/ping/?state=failed",
+        "/admin/dbqueue_django/queueschedule/",
         f"/admin/testapp/ping/{ids['ping']}/change/",
         f"/admin/testapp/tickfailed/{ids['tick']}/change/",
         f"/admin/dbqueue_django/taskitem/{ids['task']}/change/",
@@ -102,7 +118,7 @@ def admin_pages(ids: dict[str, int]) -> list[str]:
 def test_every_admin_page_fits_a_1280_px_window(live_server: LiveServer, on_sqlite: None) -> None:
     browser.require_browser()
     pages = admin_pages(fill_queues())
-    assert len(pages) >= 12  # the overview, 8 lists, the failed filter, 3 items
+    assert len(pages) >= 13  # the overview, 8 lists, the failed filter, schedules, 3 items
     session = login_superuser(Client()).cookies[settings.SESSION_COOKIE_NAME].value
     cookies = {settings.SESSION_COOKIE_NAME: session}
     problems = {}
