@@ -53,7 +53,7 @@ class DjangoWorkerQueue(FrontWorkerQueue):
     @property
     def queue_schedules(self) -> tuple[Schedule, ...]:
         """The queue's own periodic schedules (its option ``schedule``)."""
-        return self.queue.core.spec.options.schedule
+        return self.queue.spec.options.schedule
 
     @property
     def database(self) -> str:

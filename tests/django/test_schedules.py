@@ -17,6 +17,8 @@ from django.db import connections
 
 from dbqueue.scheduler import Scheduler
 from dbqueue.schedules import periodic, periodic_schedule, schedules_of
+from dbqueue.worker import Consumer
+from dbqueue.worker.scheduling import schedule_chores
 from dbqueue_django import handler
 from dbqueue_django.handlers import handlers, unregister
 from dbqueue_django.schedule_rows import QueueSchedule
@@ -122,6 +124,32 @@ def test_queueschedules_lists_the_schedules_of_the_queue_too(
     listed = {s["name"]: s for s in json.loads(queueschedules("--json"))["schedules"]}
     assert listed[schedule_name]["queue"] == listed[of_queue]["queue"] == "testapp.Job"
     assert listed[of_queue]["expression"] == "0 3 * * *" and listed[of_queue]["last_run"] is None
+
+
+@pytest.mark.parametrize("alias", ["default", "sqlite"])
+def test_the_worker_pushes_the_ticks_of_the_queue_whatever_its_handler(
+    schedule_name: str, alias: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    of_queue = f"{schedule_name}-queue"
+    declared = {k: v for k, v in vars(Job.QueueOptions).items() if not k.startswith("_")}
+    schedule = [periodic_schedule("*/5 * * * *", name=of_queue, payload={"name": "of queue"})]
+    monkeypatch.setattr(
+        Job, "QueueOptions", type("QueueOptions", (), declared | {"schedule": schedule})
+    )
+    queue = Job.queue.using(alias)
+    monkeypatch.delitem(Job.queue.__dict__, "spec", raising=False)
+    clock = {"now": T0}
+    worker_queue = DjangoWorkerQueue(queue)
+    # A queue served twice by a worker (a second handler without a schedule) is scheduled once.
+    consumers = [Consumer(worker_queue, handlers()[Job].func), Consumer(worker_queue, print)]
+    (chore,) = schedule_chores(consumers, lambda: clock["now"])
+    chore.run()  # declares both schedules at T0
+    clock["now"] = T0 + dt.timedelta(minutes=5)
+    assert chore.run() is not None
+    chore.disconnect()
+    names = sorted(Job.objects.using(alias).values_list("name", flat=True))
+    assert names == ["of queue", "tick"]  # the queue's, and the handler's
+    assert QueueSchedule.objects.using(alias).get(name=of_queue).queue == f"testapp.Job@{alias}"
 
 
 def test_queueschedules_refuses_an_unknown_database() -> None:
