@@ -26,10 +26,12 @@ from dbqueue.errors import (
     SnapshotTooOld,
     TransactionStateError,
     UnsupportedDatabase,
+    UnsupportedOperation,
     WorkerGaveUp,
 )
 from dbqueue.executor import Executor
 from dbqueue.message import (
+    CancelOutcome,
     DeliveryMode,
     Message,
     QueueStats,
@@ -45,6 +47,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "Backoff",
+    "CancelOutcome",
     "CompactResult",
     "DBQueueError",
     "DeliveryMode",
@@ -74,6 +77,7 @@ __all__ = [
     "StateSelector",
     "TransactionStateError",
     "UnsupportedDatabase",
+    "UnsupportedOperation",
     "WhenFull",
     "WorkerGaveUp",
     "get_dialect",

@@ -39,6 +39,10 @@ class InvalidArgument(DBQueueError, ValueError):
     """An argument of a queue operation is out of range (priority, batch size, mode, delay)."""
 
 
+class UnsupportedOperation(DBQueueError):
+    """The queue's layout has no such operation (a ring queue cannot cancel an item)."""
+
+
 class TransactionStateError(DBQueueError):
     """A delivery mode was used where its guarantee cannot hold (e.g. at-most-once inside an
     open transaction, which could roll the removal back after the work was done)."""

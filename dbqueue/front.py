@@ -28,7 +28,14 @@ from dbqueue.codec import payload_rows
 from dbqueue.compaction import LOCK_TIMEOUT, CompactResult
 from dbqueue.dialects.base import Dialect
 from dbqueue.executor import Executor
-from dbqueue.message import DeliveryMode, Message, RescueResult, SelectorLike, State
+from dbqueue.message import (
+    CancelOutcome,
+    DeliveryMode,
+    Message,
+    RescueResult,
+    SelectorLike,
+    State,
+)
 from dbqueue.ring import RingQueue
 from dbqueue.spec import QueueSpec
 from dbqueue.split import SplitQueue
@@ -234,6 +241,20 @@ class FrontQueue[M](ABC):
         core, ex = self._bind()
         return core.retry(ex, ids)
 
+    def cancel(self, ids: Iterable[Any] | int) -> dict[int, CancelOutcome]:
+        """Cancel items (ids or instances): a ready or scheduled one never runs; a leased
+        one's handler is asked to stop (:meth:`cancel_requested`) and its ack records it
+        cancelled. Returns each id's :class:`~dbqueue.message.CancelOutcome` (a ring queue
+        raises :class:`~dbqueue.errors.UnsupportedOperation`)."""
+        core, ex = self._bind()
+        return core.cancel(ex, ids)
+
+    def cancel_requested(self, item: Any) -> bool:
+        """Whether ``item`` (an instance or an id) was asked to stop: what a long handler
+        checks now and then. False on a ring queue."""
+        core, ex = self._bind()
+        return core.cancel_requested(ex, item)
+
     def set_priority(self, ids: Iterable[Any] | int, priority: int) -> int:
         """Give items (ids or instances, any state) a new priority; return how many."""
         core, ex = self._bind()
@@ -285,8 +306,9 @@ class FrontQueue[M](ABC):
         older_than: dt.timedelta | None = None,
     ) -> int:
         """Delete every item in ``state`` ("ready": due now, "scheduled": due later,
-        "leased", "done", "failed"; None: all), only those older than ``older_than`` if given
-        (pushed that long ago; done and failed ones: finished that long ago). See
+        "leased", "done", "failed", "cancelled"; None: all), only those older than
+        ``older_than`` if given (pushed that long ago; done, failed and cancelled ones:
+        finished that long ago). See
         :class:`~dbqueue.message.StateSelector`."""
         core, ex = self._bind()
         return core.purge(ex, state, older_than=older_than)

@@ -78,8 +78,9 @@ class Layout(Statements):
         in_slots = None if slots is None else int(row.in_slots or 0)
         spilled = None if slots is None else int(row.spilled or 0)
         return QueueStats(
-            ready, scheduled, leased, expired, done, failed, age, slots, in_slots, spilled
-        )
+            ready, scheduled, leased, expired, done, failed, age, slots, in_slots, spilled,
+            int(row.cancelled or 0),
+        )  # fmt: skip
 
     # -- purge and count ------------------------------------------------------------------------
 
@@ -420,7 +421,8 @@ class Layout(Statements):
 
     def _release_tokens(self, ex: Executor, tokens: list[Token]) -> list[int]:
         """Release ``tokens`` (at least one); the ids released, in any order."""
-        rows = self._rows(ex, "release", self._token_params(tokens), NumberRow)
+        params = {**self._token_params(tokens), **self._clock()}  # a cancelled one's time
+        rows = self._rows(ex, "release", params, NumberRow)
         return [int(r.number) for r in rows]
 
     def next_due(self, ex: Executor) -> dt.datetime | None:

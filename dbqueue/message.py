@@ -17,6 +17,12 @@ class State(IntEnum):
     LEASED = 1
     DONE = 2
     FAILED = 3
+    # 4 is a ring's SideState.SPILLED, which shares this numbering.
+    #: Never ran, or its handler was asked to stop: kept like a failed item until purged.
+    CANCELLED = 5
+    #: Still leased, its cancellation requested: its ack, fail or release records it
+    #: cancelled, and it is never delivered again.
+    CANCELLING = 6
 
     @classmethod
     def parse(cls, value: State | str | int) -> State:
@@ -40,8 +46,12 @@ class StateSelector(StrEnum):
     items due later (a delay, a retry's back-off), and ``ready`` the ones due now. A ring has
     no done items.
 
+    ``leased`` takes the items whose cancellation was requested too (still leased), and
+    ``cancelled`` those cancelled, and those whose cancellation was requested and whose lease
+    has ended (nothing will deliver them again).
+
     With ``older_than``, an item's age counts from when it was pushed (ready, scheduled,
-    leased), or from when it finished (done) or failed (failed).
+    leased), or from when it finished (done), failed (failed) or was cancelled (cancelled).
     """
 
     READY = "ready"
@@ -49,6 +59,7 @@ class StateSelector(StrEnum):
     LEASED = "leased"
     DONE = "done"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
     @classmethod
     def parse(cls, value: StateSelector | State | str | int) -> StateSelector:
@@ -61,7 +72,9 @@ class StateSelector(StrEnum):
                 pass
         # Only ints: see State.parse.
         elif isinstance(value, int) and not isinstance(value, bool) and value in set(State):
-            return cls(State(value).name.lower())
+            # A cancelling item is still leased: stats count it so until its lease ends.
+            state = State.LEASED if value == State.CANCELLING else State(value)
+            return cls(state.name.lower())
         names = ", ".join(cls)
         raise InvalidArgument(f"unknown state {shown(value)}; use one of {names}")
 
@@ -75,6 +88,22 @@ class StateSelector(StrEnum):
         """For the ready items: True for those due now, False for those due later; None for
         the other states."""
         return {StateSelector.READY: True, StateSelector.SCHEDULED: False}.get(self)
+
+
+class CancelOutcome(StrEnum):
+    """What ``cancel()`` did to one item."""
+
+    #: It was ready (due now or scheduled): it is cancelled and will never run.
+    CANCELLED = "cancelled"
+    #: It was leased: cancellation is requested. Its handler can see it
+    #: (``cancel_requested``), and its ack, fail or release records it cancelled.
+    REQUESTED = "requested"
+    #: It was cancelled already, or its cancellation requested: nothing changed.
+    ALREADY = "already"
+    #: It had finished (done or failed): nothing changed.
+    FINISHED = "finished"
+    #: No such item (never pushed, acked and removed, or purged).
+    MISSING = "missing"
 
 
 #: What ``purge()`` and ``count()`` take for a state: a selector, its name, a State or its number.
@@ -137,6 +166,9 @@ class QueueStats:
     #: Ring queues: the messages that found the ring full and wait in its overflow
     #: (``when_full="spill"``); counted in ``ready`` too.
     spilled: int | None = None
+    #: Cancelled items, and those whose cancellation was requested and whose lease ended
+    #: (a ring has none).
+    cancelled: int = 0
 
     @property
     def occupancy(self) -> float | None:
@@ -154,6 +186,7 @@ class QueueStats:
             "expired": self.expired,
             "done": self.done,
             "failed": self.failed,
+            "cancelled": self.cancelled,
             "oldest_ready_age": self.oldest_ready_age,
         }
         if self.capacity is not None:

@@ -25,7 +25,7 @@ class StateRow(NamedTuple):
 class StatsRow(NamedTuple):
     """The row of ``<layout>_stats``: counts per state, the oldest due item's time and the
     database's now; a ring's slot count, slots in use and spilled messages (NULL for a split
-    queue)."""
+    queue); cancelled items (0 for a ring)."""
 
     ready: int
     scheduled: int
@@ -38,6 +38,7 @@ class StatsRow(NamedTuple):
     slots: int | None
     in_slots: int | None
     spilled: int | None
+    cancelled: int
 
 
 class ValueRow(NamedTuple):

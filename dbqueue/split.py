@@ -11,11 +11,19 @@ import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, cast
 
-from dbqueue.arguments import ZERO, TokenLike, check_duration, check_priority, positive
-from dbqueue.errors import InvalidArgument, shown
+from dbqueue.arguments import (
+    ZERO,
+    Token,
+    TokenLike,
+    check_duration,
+    check_priority,
+    positive,
+    to_tokens,
+)
+from dbqueue.errors import InvalidArgument, NotLeased, shown
 from dbqueue.executor import Executor, Row, UnloadedRow, columns_from
 from dbqueue.layout import RESCUE_ERROR, Layout, log
-from dbqueue.message import Message, QueueStats, RescueResult, State
+from dbqueue.message import CancelOutcome, Message, QueueStats, RescueResult, State
 from dbqueue.rows import NumberRow, StateRow, ValueRow
 from dbqueue.sql import Statement
 
@@ -31,6 +39,24 @@ def data_row(message: Message) -> dict[str, Any]:
         "enqueued_at": message.enqueued_at,
         "last_error": message.last_error,
     }
+
+
+class CancelRow(NamedTuple):
+    """A row of ``split_cancel``: an item found, its state now, and whether the cancel
+    changed it."""
+
+    id: int
+    state: int
+    changed: Any
+
+
+#: What cancel() reports of an item it left as it was, by its state.
+UNCHANGED = {
+    State.CANCELLED: CancelOutcome.ALREADY,
+    State.CANCELLING: CancelOutcome.ALREADY,
+    State.DONE: CancelOutcome.FINISHED,
+    State.FAILED: CancelOutcome.FINISHED,
+}
 
 
 class PopRow(NamedTuple):
@@ -222,6 +248,68 @@ class SplitQueue(Layout):
         if not self.dialect.orders_returning:
             messages.sort(key=lambda m: (-m.priority, m.run_at, m.id))
         return messages
+
+    # -- acknowledge --------------------------------------------------------------------------
+
+    def _ack_tokens(self, ex: Executor, tokens: list[Token], strict: bool) -> list[int]:
+        if self.dialect.supports_writable_cte or self.spec.options.keep_done:
+            return super()._ack_tokens(ex, tokens, strict)
+        # Without data-modifying CTEs (SQLite) an ack that deletes the leased rows and keeps
+        # the cancelling ones is two statements, each taking what is held; strict is checked
+        # over both (what they did not take was not held), and a miss rolls both back.
+        with ex.atomic():
+            params = {**self._token_params(tokens), "strict": False, **self._clock()}
+            kept = self._rows(ex, "ack_cancelling", params, NumberRow)
+            acked = super()._ack_tokens(ex, tokens, False) + [int(r.number) for r in kept]
+            if strict and len(acked) != len(tokens):
+                raise NotLeased({t[0] for t in tokens} - set(acked), "ack")
+            return acked
+
+    # -- cancellation -------------------------------------------------------------------------
+
+    def cancel(self, ex: Executor, ids: Iterable[TokenLike] | int) -> dict[int, CancelOutcome]:
+        """Cancel items by id (or instance): a ready one (due now or scheduled) at once, in
+        one conditional UPDATE, so it never runs; a leased one is marked cancelling: its
+        handler can check :meth:`cancel_requested`, and its ack, fail or release records it
+        cancelled. Others are left as they are. Returns each id's
+        :class:`~dbqueue.message.CancelOutcome`, in the order given; a race with a worker is
+        an outcome, never an error."""
+        wanted = self._ids(ids)
+        if not wanted:
+            return {}
+        params = {"ids": self.dialect.array(wanted), **self._clock()}
+        if self.dialect.supports_writable_cte:
+            found = {int(r.id): r for r in self._rows(ex, "cancel", params, CancelRow)}
+        else:
+            # Without data-modifying CTEs (SQLite) the update returns only the rows it
+            # changed: the others' states are read in the same transaction.
+            with ex.atomic():
+                found = {int(r.id): r for r in self._rows(ex, "cancel", params, CancelRow)}
+                rest = self.dialect.array([i for i in wanted if i not in found])
+                found.update(
+                    (int(r.id), r) for r in self._rows(ex, "states", {"ids": rest}, CancelRow)
+                )
+        outcomes = {}
+        for item in wanted:
+            row = found.get(item)
+            if row is None:
+                outcomes[item] = CancelOutcome.MISSING
+            elif row.changed:
+                cancelled = State(row.state) is State.CANCELLED
+                outcomes[item] = CancelOutcome.CANCELLED if cancelled else CancelOutcome.REQUESTED
+            else:
+                outcomes[item] = UNCHANGED[State(row.state)]
+        return outcomes
+
+    def cancel_requested(self, ex: Executor, item: TokenLike) -> bool:
+        """Whether ``item`` (an id, a popped message or a model instance) was asked to
+        stop: its cancellation was requested (or it is cancelled). One primary-key lookup;
+        False for an item that is gone."""
+        tokens = to_tokens(item)
+        if len(tokens) != 1:
+            raise InvalidArgument(f"cancel_requested() takes one item, got {shown(item)}")
+        rows = self._rows(ex, "cancel_requested", {"id": tokens[0][0]}, ValueRow)
+        return bool(rows and rows[0].value)
 
     # -- administration -----------------------------------------------------------------------
 

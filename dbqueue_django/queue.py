@@ -117,6 +117,8 @@ class DjangoQueue[M: models.Model](FrontQueue[M]):
     afail_by_id = async_twin(FrontQueue.fail_by_id)
     aretry = async_twin(FrontQueue.retry)
     aset_priority = async_twin(FrontQueue.set_priority)
+    acancel = async_twin(FrontQueue.cancel)
+    acancel_requested = async_twin(FrontQueue.cancel_requested)
     arescue = async_twin(FrontQueue.rescue)
     anext_due = async_twin(FrontQueue.next_due)
     acompact = async_twin(FrontQueue.compact)

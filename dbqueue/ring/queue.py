@@ -8,9 +8,9 @@ from typing import Any
 
 from dbqueue import compaction
 from dbqueue.arguments import TokenLike
-from dbqueue.errors import InvalidArgument, QueueTableMissing, RingNotEmpty
+from dbqueue.errors import InvalidArgument, QueueTableMissing, RingNotEmpty, UnsupportedOperation
 from dbqueue.executor import Executor
-from dbqueue.message import Message, QueueStats, StateSelector
+from dbqueue.message import CancelOutcome, Message, QueueStats, StateSelector
 from dbqueue.ring.pop import RingPop
 from dbqueue.ring.push import RingPush
 from dbqueue.ring.states import SLOT_OF_SELECTOR, CountersRow, SegmentRow, SlotState
@@ -28,6 +28,17 @@ class RingQueue(RingPush, RingPop, RingSweeper):
         raise InvalidArgument(
             f"ring queue {self.spec.table!r} delivers in push order; it has no priorities"
         )
+
+    def cancel(self, ex: Executor, ids: Iterable[TokenLike] | int) -> dict[int, CancelOutcome]:
+        """Ring queues have no cancellation: always raises UnsupportedOperation."""
+        raise UnsupportedOperation(
+            f"ring queue {self.spec.table!r} delivers in push order and has no cancellation; "
+            f"use a split queue to cancel items, or delete() a message not yet popped"
+        )
+
+    def cancel_requested(self, ex: Executor, item: TokenLike) -> bool:
+        """Always False: nothing can request a ring message's cancellation."""
+        return False
 
     def compaction_plan(self, ex: Executor, limit: int) -> compaction.Plan:
         """A compaction copies the ring's slots, ``capacity`` rows whatever they hold, a

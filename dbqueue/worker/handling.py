@@ -155,7 +155,11 @@ class Handling(WorkerBase):
                 item.id,
                 item.attempts,
                 queue.max_attempts,
-                "it will be tried again after its back-off" if retried else "failed for good",
+                "it will be tried again after its back-off"
+                if retried
+                else "cancelled"
+                if state is State.CANCELLED
+                else "failed for good",
                 storable_error(error).rstrip(),  # a log file takes no lone surrogate either
             )
         return again, final

@@ -30,7 +30,9 @@ pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "sqlite"]),
 ]
 ZERO = dt.timedelta(0)
-STATS_KEYS = {"ready", "scheduled", "leased", "expired", "done", "failed", "oldest_ready_age"}
+STATS_KEYS = {
+    "ready", "scheduled", "leased", "expired", "done", "failed", "cancelled", "oldest_ready_age"
+}  # fmt: skip
 
 
 @pytest.fixture

@@ -294,13 +294,34 @@ def test_the_spilled_state_is_an_alter_field_that_runs_no_sql() -> None:
     per ring (0007 in the test app), and applying it changes nothing in the database."""
     loader = MigrationLoader(connections["default"])
     before = loader.project_state(("testapp", "0006_meta_on_delete_cascade"))
-    changes = MigrationAutodetector(before, loader.project_state()).changes(graph=loader.graph)
+    after = loader.project_state(("testapp", "0007_failed_state_spilled"))
+    changes = MigrationAutodetector(before, after).changes(graph=loader.graph)
     (migration,) = changes["testapp"]
     assert {(op.model_name, op.name) for op in migration.operations} == {
         ("ringjobfailed", "state"), ("tickfailed", "state"),
     }  # fmt: skip
     assert all(isinstance(op, AlterField) for op in migration.operations)
     assert all((4, "spilled") in op.field.choices for op in migration.operations)
+    with connections["default"].schema_editor(collect_sql=True, atomic=False) as editor:
+        migration.apply(before.clone(), editor)
+    assert editor.collected_sql == []
+
+
+@pytest.mark.postgresql
+def test_the_cancelled_states_are_an_alter_field_that_runs_no_sql() -> None:
+    """The split meta models' state choices gained "cancelled" and "cancelling": an
+    AlterField per split queue (0008 in the test app) that changes nothing in the database
+    (cancellation needs no DDL)."""
+    loader = MigrationLoader(connections["default"])
+    before = loader.project_state(("testapp", "0007_failed_state_spilled"))
+    after = loader.project_state(("testapp", "0008_cancelled_states"))
+    changes = MigrationAutodetector(before, after).changes(graph=loader.graph)
+    (migration,) = changes["testapp"]
+    assert {(op.model_name, op.name) for op in migration.operations} == {
+        ("jobqueuemeta", "state"), ("keptjobqueuemeta", "state"), ("pingqueuemeta", "state"),
+    }  # fmt: skip
+    assert all(isinstance(op, AlterField) for op in migration.operations)
+    assert all((5, "cancelled") in op.field.choices for op in migration.operations)
     with connections["default"].schema_editor(collect_sql=True, atomic=False) as editor:
         migration.apply(before.clone(), editor)
     assert editor.collected_sql == []

@@ -39,7 +39,9 @@ from tests.sqlalchemy.models import Job, Tick
 
 pytestmark = pytest.mark.sqlalchemy
 ZERO = dt.timedelta(0)
-STATS_KEYS = {"ready", "scheduled", "leased", "expired", "done", "failed", "oldest_ready_age"}
+STATS_KEYS = {
+    "ready", "scheduled", "leased", "expired", "done", "failed", "cancelled", "oldest_ready_age"
+}  # fmt: skip
 AT = dt.datetime(2030, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC)
 FULL: dict[str, Any] = {
     "name": "full",

@@ -764,7 +764,7 @@ WITH r AS (
 SELECT r.ready + f.ready AS ready, f.scheduled, r.leased + f.leased AS leased,
        r.expired + f.expired AS expired, 0 AS done, f.failed,
        LEAST(r.oldest, f.oldest) AS oldest_ready, statement_timestamp() AS now, r.slots,
-       r.ready + r.leased AS in_slots, f.spilled
+       r.ready + r.leased AS in_slots, f.spilled, 0 AS cancelled
 FROM r, f;
 
 -- ring_counters --

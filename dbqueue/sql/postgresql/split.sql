@@ -102,14 +102,16 @@ ORDER BY m.priority DESC, m.run_at, m.id;
 -- A fragment of ack and fail (a block named with a leading underscore): the rows of `tok`
 -- still leased under their token (id, attempts), so a worker whose lease expired cannot ack
 -- or fail the redelivered copy. Locked in id order, so overlapping acks cannot deadlock.
--- `allowed` is all of them, or none when strict and any is missing.
+-- `allowed` is all of them, or none when strict and any is missing. A cancelling row is
+-- leased too; `state` tells the two apart (ack and fail record it cancelled).
 mine AS (
-    SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
-    WHERE m.state = {state_leased} AND m.attempts = COALESCE(tok.attempts, m.attempts)
+    SELECT m.id, m.state FROM {meta} AS m JOIN tok ON tok.id = m.id
+    WHERE m.state IN ({state_leased}, {state_cancelling})
+      AND m.attempts = COALESCE(tok.attempts, m.attempts)
     ORDER BY m.id
     FOR UPDATE OF m
 ), allowed AS (
-    SELECT id FROM mine
+    SELECT id, state FROM mine
     WHERE NOT %(strict)s OR (SELECT count(*) FROM mine) = %(count)s
 )
 
@@ -119,23 +121,39 @@ tok AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
 ), {_held_tokens}
 
--- _acked --
--- A fragment of ack and ack_pop: the rows of the tokens still held, deleted from both tables.
-{_ack_held}, acked AS (
-    DELETE FROM {meta} AS m USING allowed
-    WHERE m.id = allowed.id AND {_relaxed}
+-- _ack_cancelling --
+-- A fragment of every ack: the held rows whose cancellation was requested, cancelled.
+ack_cancelled AS (
+    UPDATE {meta} AS m
+    SET state = {state_cancelled}, run_at = statement_timestamp(), lease_until = NULL
+    FROM allowed
+    WHERE m.id = allowed.id AND allowed.state = {state_cancelling}
     RETURNING m.id
-), acked_d AS (
-    DELETE FROM {data} AS d USING acked
-    WHERE d.id = acked.id
 )
+
+-- _acked --
+-- A fragment of ack and ack_pop: the rows of the tokens still held, deleted from both tables;
+-- a cancelling one is kept, cancelled, with run_at = when it finished (as a failed row).
+{_ack_held}, removed AS (
+    DELETE FROM {meta} AS m USING allowed
+    WHERE m.id = allowed.id AND allowed.state = {state_leased} AND {_relaxed}
+    RETURNING m.id
+), {_ack_cancelling}, acked_d AS (
+    DELETE FROM {data} AS d USING removed
+    WHERE d.id = removed.id
+), acked AS (
+    SELECT id FROM removed UNION ALL SELECT id FROM ack_cancelled
+)
+
 
 -- _acked_done --
 -- _acked for a queue with keep_done: the rows of the tokens still held, marked done (state 2)
 -- with run_at = when they finished; their data rows and attempts stay for the archive job.
 {_ack_held}, acked AS (
     UPDATE {meta} AS m
-    SET state = {state_done}, run_at = statement_timestamp(), lease_until = NULL
+    SET state = CASE WHEN allowed.state = {state_cancelling} THEN {state_cancelled}
+                     ELSE {state_done} END,
+        run_at = statement_timestamp(), lease_until = NULL
     FROM allowed
     WHERE m.id = allowed.id AND {_relaxed}
     RETURNING m.id
@@ -143,7 +161,7 @@ tok AS (
 
 -- _ack_then_lease --
 -- The rest of ack_pop after its ack (`acked`): lease the next batch. The ack's rows are leased
--- (state 1), the pick reads ready rows (state 0). The first row carries the number acked; with
+-- (state 1, or 6: cancelling), the pick reads ready rows (state 0). The first row carries the number acked; with
 -- nothing to pop it is the only row, its other columns NULL.
 -- The pick waits for the ack to finish (`acked_first`): a pick that meets, through a stale
 -- index entry, a row another consumer has just leased locks that row's new version before it
@@ -187,14 +205,17 @@ WITH {_acked_done}, {_ack_then_lease};
 -- split_fail --
 -- Back to ready after the back-off delay computed by the caller, or failed (state 3) once
 -- attempts reached max_attempts; the error text goes to the data table. For a failed row,
--- run_at records when it failed.
+-- run_at records when it failed. A cancelling row is cancelled, never retried (run_at: when).
 WITH tok AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[], %(delays)b::interval[],
                          %(errors)b::text[]) AS t(id, attempts, delay, error)
 ), {_held_tokens}, m AS (
     UPDATE {meta} AS m
-    SET state = CASE WHEN m.attempts >= %(max_attempts)s THEN {state_failed} ELSE {state_ready} END,
-        run_at = CASE WHEN m.attempts >= %(max_attempts)s THEN statement_timestamp()
+    SET state = CASE WHEN allowed.state = {state_cancelling} THEN {state_cancelled}
+                     WHEN m.attempts >= %(max_attempts)s THEN {state_failed}
+                     ELSE {state_ready} END,
+        run_at = CASE WHEN allowed.state = {state_cancelling} OR m.attempts >= %(max_attempts)s
+                      THEN statement_timestamp()
                       ELSE statement_timestamp() + tok.delay END,
         lease_until = NULL
     FROM allowed JOIN tok ON tok.id = allowed.id
@@ -211,35 +232,41 @@ SELECT id, state FROM m;
 -- A fragment of extend and release: the rows of `tok` still leased under their token, locked
 -- in id order as ack and fail lock them (_held_tokens). A batch is popped in priority order,
 -- not id order: locked in batch order, a worker's lease thread extending it and its handler
--- thread acking it could deadlock, and the losing ack's item was delivered again.
+-- thread acking it could deadlock, and the losing ack's item was delivered again. A
+-- cancelling row is leased too.
 mine AS (
     SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
-    WHERE m.state = {state_leased} AND m.attempts = COALESCE(tok.attempts, m.attempts)
+    WHERE m.state IN ({state_leased}, {state_cancelling})
+      AND m.attempts = COALESCE(tok.attempts, m.attempts)
     ORDER BY m.id
     FOR UPDATE OF m
 )
 
 -- split_extend --
--- Heartbeat: a worker still busy with its batch pushes the leases it holds further out.
+-- Heartbeat: a worker still busy with its batch pushes the leases it holds further out (a
+-- cancelling row stays cancelling).
 WITH tok AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
 ), {_held_in_order}
 UPDATE {meta} AS m
 SET lease_until = statement_timestamp() + %(lease)s::interval
 FROM mine
-WHERE m.id = mine.id AND m.state = {state_leased}
+WHERE m.id = mine.id AND m.state IN ({state_leased}, {state_cancelling})
 RETURNING m.id;
 
 -- split_release --
 -- Leased items handed back unstarted (a worker stopping): ready again at once and first in
--- line as before (run_at unchanged), the attempt their pop counted taken back.
+-- line as before (run_at unchanged), the attempt their pop counted taken back. A cancelling
+-- one is cancelled instead (run_at: when).
 WITH tok AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
 ), {_held_in_order}
 UPDATE {meta} AS m
-SET state = {state_ready}, lease_until = NULL, attempts = m.attempts - 1
+SET state = CASE WHEN m.state = {state_cancelling} THEN {state_cancelled} ELSE {state_ready} END,
+    run_at = CASE WHEN m.state = {state_cancelling} THEN statement_timestamp() ELSE m.run_at END,
+    lease_until = NULL, attempts = m.attempts - 1
 FROM mine
-WHERE m.id = mine.id AND m.state = {state_leased}
+WHERE m.id = mine.id AND m.state IN ({state_leased}, {state_cancelling})
 RETURNING m.id;
 
 -- split_not_leased --
@@ -247,7 +274,8 @@ RETURNING m.id;
 SELECT t.id
 FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
 LEFT JOIN {meta} AS m
-  ON m.id = t.id AND m.state = {state_leased} AND m.attempts = COALESCE(t.attempts, m.attempts)
+  ON m.id = t.id AND m.state IN ({state_leased}, {state_cancelling})
+  AND m.attempts = COALESCE(t.attempts, m.attempts)
 WHERE m.id IS NULL;
 
 -- split_retry --
@@ -264,7 +292,10 @@ RETURNING id;
 
 -- split_rescue --
 -- One rescuer at a time per queue: a transaction-scoped advisory lock, tried not awaited.
--- Small batches (LIMIT) keep each run short; the caller loops.
+-- Small batches (LIMIT) keep each run short; the caller loops. A cancelling row whose lease
+-- expired is left as it is: it counts as cancelled from then on (see split_stats), and no
+-- pop reads it. Rewriting it would need to find it, and no index reaches state 6 (queues
+-- get no DDL for cancellation): a scan of the meta table on every rescue.
 WITH lock AS (
     SELECT pg_try_advisory_xact_lock(%(lock_key)s) AS got
 ), expired AS (
@@ -290,21 +321,26 @@ SELECT id, state FROM m;
 -- split_next_due --
 -- When an idle worker next has work that no push will announce: the earliest run_at of a
 -- ready item (a delay, a retry's back-off) or expiry of a lease (NULL: neither). Each
--- sub-select reads one partial index.
+-- sub-select reads one partial index. A cancelling lease that expires gives no work (see
+-- split_rescue).
 SELECT least((SELECT min(run_at) FROM {meta} WHERE state = {state_ready}),
              (SELECT min(lease_until) FROM {meta} WHERE state = {state_leased})) AS due;
 
 -- split_stats --
 -- The columns of dbqueue.rows.StatsRow: slots, in_slots and spilled are a ring's, NULL here.
+-- A cancelling row counts as leased while its lease lasts, then as cancelled (split_rescue).
 SELECT count(*) FILTER (WHERE state = {state_ready} AND run_at <= statement_timestamp()),
        count(*) FILTER (WHERE state = {state_ready} AND run_at > statement_timestamp()),
-       count(*) FILTER (WHERE state = {state_leased}),
+       count(*) FILTER (WHERE state = {state_leased}
+                           OR state = {state_cancelling} AND lease_until >= statement_timestamp()),
        count(*) FILTER (WHERE state = {state_leased} AND lease_until < statement_timestamp()),
        count(*) FILTER (WHERE state = {state_done}),
        count(*) FILTER (WHERE state = {state_failed}),
        min(run_at) FILTER (WHERE state = {state_ready} AND run_at <= statement_timestamp()),
        statement_timestamp(), NULL::bigint AS slots, NULL::bigint AS in_slots,
-       NULL::bigint AS spilled
+       NULL::bigint AS spilled,
+       count(*) FILTER (WHERE state = {state_cancelled}
+                           OR state = {state_cancelling} AND lease_until < statement_timestamp())
 FROM {meta};
 
 -- split_pushed --
@@ -319,11 +355,15 @@ SELECT pg_sequence_last_value(pg_get_serial_sequence(quote_ident(%(table)s::text
 -- %(due)s tells ready (due now) from scheduled (due later), as split_stats counts them. An item
 -- is older than %(older_than)s by when it finished if done or failed (run_at), else by when
 -- it was pushed (its data row's enqueued_at). The condition is on the row itself, so a row
--- that changed state while the purge waited for its lock is looked at again.
-(%(state)s::smallint IS NULL OR m.state = %(state)s::smallint)
+-- that changed state while the purge waited for its lock is looked at again. A cancelling row
+-- is leased while its lease lasts, then cancelled, as split_stats counts it.
+(%(state)s::smallint IS NULL OR m.state = %(state)s::smallint
+ OR m.state = {state_cancelling}
+    AND %(state)s::smallint = CASE WHEN m.lease_until < statement_timestamp()
+                                   THEN {state_cancelled} ELSE {state_leased} END)
 AND (%(due)s::boolean IS NULL OR (m.run_at <= statement_timestamp()) = %(due)s::boolean)
 AND (%(older_than)s::interval IS NULL
-     OR CASE WHEN m.state IN ({state_done}, {state_failed}) THEN m.run_at
+     OR CASE WHEN m.state IN ({state_done}, {state_failed}, {state_cancelled}) THEN m.run_at
              ELSE (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = m.id) END
         < statement_timestamp() - %(older_than)s::interval)
 
@@ -341,6 +381,38 @@ SELECT id FROM p;
 -- split_count --
 -- How many items split_purge would take now.
 SELECT count(*) AS value FROM {meta} AS m WHERE {_purged};
+
+-- split_cancel --
+-- Cancel items by id: a ready one (due now or scheduled) is cancelled at once (run_at: when),
+-- a leased one becomes cancelling; the others are left as they are. Locked in id order as
+-- acks lock them, and awaited, not skipped: a pop holding one decides first, and the row's
+-- state is read again once its lock is granted. Each row found comes back with its state
+-- now and whether this statement changed it.
+WITH target AS (
+    SELECT id, state FROM {meta}
+    WHERE id = ANY(%(ids)b::bigint[])
+    ORDER BY id
+    FOR UPDATE
+), m AS (
+    UPDATE {meta} AS m
+    SET state = CASE WHEN target.state = {state_ready} THEN {state_cancelled}
+                     ELSE {state_cancelling} END,
+        run_at = CASE WHEN target.state = {state_ready} THEN statement_timestamp()
+                      ELSE m.run_at END
+    FROM target
+    WHERE m.id = target.id AND target.state IN ({state_ready}, {state_leased})
+    RETURNING m.id, m.state
+)
+SELECT target.id, COALESCE(m.state, target.state) AS state, m.id IS NOT NULL AS changed
+FROM target LEFT JOIN m ON m.id = target.id;
+
+-- split_states --
+-- The state of items by id (what the core reads where split_cancel cannot return them all).
+SELECT id, state, false AS changed FROM {meta} WHERE id = ANY(%(ids)b::bigint[]);
+
+-- split_cancel_requested --
+-- Whether an item's cancellation was requested (or it is cancelled): one primary-key lookup.
+SELECT state IN ({state_cancelling}, {state_cancelled}) AS value FROM {meta} WHERE id = %(id)s;
 
 -- split_delete --
 WITH m AS (

@@ -297,7 +297,8 @@ SELECT coalesce(sum(state = {slot_ready}), 0)
        :now AS now,
        count(*) AS slots,
        coalesce(sum(state <> {slot_empty}), 0) AS in_slots,
-       (SELECT count(*) FROM {failed} WHERE state = {side_spilled}) AS spilled
+       (SELECT count(*) FROM {failed} WHERE state = {side_spilled}) AS spilled,
+       0 AS cancelled
 FROM {ring};
 
 -- ring_counters --

@@ -62,11 +62,12 @@ RETURNING id, attempts, priority, run_at, NULL,
 UPDATE {meta} SET run_at = :now WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- _held_tokens --
--- A fragment of ack and fail: the rows of `tok` still leased under their token; `allowed` is
--- all of them, or none when strict and any is missing.
+-- A fragment of ack and fail: the rows of `tok` still leased under their token (cancelling
+-- ones too); `allowed` is all of them, or none when strict and any is missing.
 mine AS (
     SELECT m.id FROM {meta} AS m JOIN tok ON tok.id = m.id
-    WHERE m.state = {state_leased} AND m.attempts = COALESCE(tok.attempts, m.attempts)
+    WHERE m.state IN ({state_leased}, {state_cancelling})
+      AND m.attempts = COALESCE(tok.attempts, m.attempts)
 ), allowed AS (
     SELECT id FROM mine WHERE NOT :strict OR (SELECT count(*) FROM mine) = :count
 )
@@ -79,18 +80,30 @@ tok AS (
 ), {_held_tokens}
 
 -- split_ack --
+-- The leased rows of the tokens; the core runs split_ack_cancelling first, in the same
+-- transaction (a block returns one statement's rows, and an ack returns both kinds).
 WITH {_ack_held}
 DELETE FROM {meta}
-WHERE id IN (SELECT id FROM allowed)
+WHERE id IN (SELECT id FROM allowed) AND state = {state_leased}
 RETURNING id;
 DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
 
--- split_ack_done --
--- split_ack for a queue with keep_done: marked done (state 2), run_at = when it finished; the
--- data row and attempts stay for the archive job.
+-- split_ack_cancelling --
+-- The first half of split_ack: the cancelling rows of the tokens kept, cancelled, with
+-- run_at = when they finished (as a failed row).
 WITH {_ack_held}
 UPDATE {meta}
-SET state = {state_done}, run_at = :now, lease_until = NULL
+SET state = {state_cancelled}, run_at = :now, lease_until = NULL
+WHERE id IN (SELECT id FROM allowed) AND state = {state_cancelling}
+RETURNING id;
+
+-- split_ack_done --
+-- split_ack for a queue with keep_done: marked done (state 2), run_at = when it finished; the
+-- data row and attempts stay for the archive job. A cancelling row is cancelled.
+WITH {_ack_held}
+UPDATE {meta}
+SET state = CASE WHEN state = {state_cancelling} THEN {state_cancelled} ELSE {state_done} END,
+    run_at = :now, lease_until = NULL
 WHERE id IN (SELECT id FROM allowed)
 RETURNING id;
 
@@ -101,8 +114,10 @@ WITH tok AS (
     FROM json_each(:tokens)
 ), {_held_tokens}
 UPDATE {meta} AS m
-SET state = CASE WHEN attempts >= :max_attempts THEN {state_failed} ELSE {state_ready} END,
-    run_at = CASE WHEN attempts >= :max_attempts THEN :now
+SET state = CASE WHEN state = {state_cancelling} THEN {state_cancelled}
+                 WHEN attempts >= :max_attempts THEN {state_failed}
+                 ELSE {state_ready} END,
+    run_at = CASE WHEN state = {state_cancelling} OR attempts >= :max_attempts THEN :now
                   ELSE (SELECT tok.run_at FROM tok WHERE tok.id = m.id) END,
     lease_until = NULL
 WHERE id IN (SELECT id FROM allowed)
@@ -115,7 +130,7 @@ WHERE id IN (SELECT value FROM json_each(:ids));
 -- split_extend --
 UPDATE {meta} AS m
 SET lease_until = :lease_until
-WHERE state = {state_leased} AND EXISTS (
+WHERE state IN ({state_leased}, {state_cancelling}) AND EXISTS (
     SELECT 1 FROM json_each(:tokens) AS t
     WHERE json_extract(t.value, '$[0]') = m.id
       AND COALESCE(json_extract(t.value, '$[1]'), m.attempts) = m.attempts
@@ -125,8 +140,10 @@ RETURNING id;
 -- split_release --
 -- See postgresql/split.sql.
 UPDATE {meta} AS m
-SET state = {state_ready}, lease_until = NULL, attempts = m.attempts - 1
-WHERE state = {state_leased} AND EXISTS (
+SET state = CASE WHEN state = {state_cancelling} THEN {state_cancelled} ELSE {state_ready} END,
+    run_at = CASE WHEN state = {state_cancelling} THEN :now ELSE run_at END,
+    lease_until = NULL, attempts = m.attempts - 1
+WHERE state IN ({state_leased}, {state_cancelling}) AND EXISTS (
     SELECT 1 FROM json_each(:tokens) AS t
     WHERE json_extract(t.value, '$[0]') = m.id
       AND COALESCE(json_extract(t.value, '$[1]'), m.attempts) = m.attempts
@@ -138,7 +155,7 @@ SELECT json_extract(t.value, '$[0]')
 FROM json_each(:tokens) AS t
 WHERE NOT EXISTS (
     SELECT 1 FROM {meta} AS m
-    WHERE m.id = json_extract(t.value, '$[0]') AND m.state = {state_leased}
+    WHERE m.id = json_extract(t.value, '$[0]') AND m.state IN ({state_leased}, {state_cancelling})
       AND m.attempts = COALESCE(json_extract(t.value, '$[1]'), m.attempts)
 );
 
@@ -154,7 +171,8 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id;
 
 -- split_rescue --
--- SQLite serialises writers, so two rescuers simply run one after the other.
+-- SQLite serialises writers, so two rescuers simply run one after the other. An expired
+-- cancelling lease is left as it is (see postgresql/split.sql).
 UPDATE {meta}
 SET state = CASE WHEN attempts >= :max_attempts THEN {state_failed} ELSE {state_ready} END,
     run_at = :now, lease_until = NULL
@@ -177,12 +195,15 @@ FROM (SELECT (SELECT min(run_at) FROM {meta} WHERE state = {state_ready}) AS r,
 -- The columns of dbqueue.rows.StatsRow: slots, in_slots and spilled are a ring's, NULL here.
 SELECT coalesce(sum(state = {state_ready} AND run_at <= :now), 0),
        coalesce(sum(state = {state_ready} AND run_at > :now), 0),
-       coalesce(sum(state = {state_leased}), 0),
+       coalesce(sum(state = {state_leased}
+                    OR state = {state_cancelling} AND lease_until >= :now), 0),
        coalesce(sum(state = {state_leased} AND lease_until < :now), 0),
        coalesce(sum(state = {state_done}), 0),
        coalesce(sum(state = {state_failed}), 0),
        min(CASE WHEN state = {state_ready} AND run_at <= :now THEN run_at END),
-       :now, NULL AS slots, NULL AS in_slots, NULL AS spilled
+       :now, NULL AS slots, NULL AS in_slots, NULL AS spilled,
+       coalesce(sum(state = {state_cancelled}
+                    OR state = {state_cancelling} AND lease_until < :now), 0)
 FROM {meta};
 
 -- split_pushed --
@@ -193,10 +214,12 @@ SELECT (SELECT seq FROM sqlite_sequence WHERE name = :table) AS value;
 -- _purged --
 -- See postgresql/split.sql (a meta row's columns by their bare names here: the table is not
 -- aliased, and the data row's sub-select names it).
-(:state IS NULL OR state = :state)
+(:state IS NULL OR state = :state
+ OR state = {state_cancelling}
+    AND :state = CASE WHEN lease_until < :now THEN {state_cancelled} ELSE {state_leased} END)
 AND (:due IS NULL OR (run_at <= :now) = :due)
 AND (:before IS NULL
-     OR CASE WHEN state IN ({state_done}, {state_failed}) THEN run_at
+     OR CASE WHEN state IN ({state_done}, {state_failed}, {state_cancelled}) THEN run_at
              ELSE (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id) END < :before)
 
 -- split_purge --
@@ -207,6 +230,22 @@ DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- split_count --
 SELECT count(*) AS value FROM {meta} WHERE {_purged};
+
+-- split_cancel --
+-- See postgresql/split.sql (one writer: nothing to lock). Only the rows it changed come back:
+-- the core reads the others' states with split_states in the same transaction.
+UPDATE {meta}
+SET state = CASE WHEN state = {state_ready} THEN {state_cancelled} ELSE {state_cancelling} END,
+    run_at = CASE WHEN state = {state_ready} THEN :now ELSE run_at END
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ({state_ready}, {state_leased})
+RETURNING id, state, 1 AS changed;
+
+-- split_states --
+-- The state of items by id (the rows of split_cancel that it left as they were).
+SELECT id, state, 0 AS changed FROM {meta} WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- split_cancel_requested --
+SELECT state IN ({state_cancelling}, {state_cancelled}) AS value FROM {meta} WHERE id = :id;
 
 -- split_delete --
 DELETE FROM {meta} WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id;
