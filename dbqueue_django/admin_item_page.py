@@ -1,13 +1,17 @@
 """A queue item's page in the admin: read-only, titled after the item's state ("View failed
-order confirmation"), with a **Retry** button when the item failed and Django's **Delete**.
+order confirmation"), with a **Retry** button when the item failed, a **Cancel** button when
+it may still be cancelled (ready, scheduled or leased, in a split queue) and Django's
+**Delete**.
 
-Retry is a POST (with Django's CSRF token) to ``<id>/retry/``, under the model's change
-permission; it runs the same retry as the list's action, says what happened in a message and
-goes back to the list the page was opened from (its filters kept).
+Retry and Cancel are POSTs (with Django's CSRF token) to ``<id>/retry/`` and
+``<id>/cancel/``, under the model's change permission; each runs the same operation as the
+list's action, says what happened in a message and goes back to the list the page was opened
+from (its filters kept).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -40,15 +44,26 @@ class ItemPageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """Retry the items (by message number) and tell the user what happened."""
         raise NotImplementedError
 
+    def can_cancel(self, obj: Any) -> bool:
+        """Whether ``obj`` may be cancelled: ready, scheduled or leased (split queues)."""
+        return False
+
+    def cancel_ids(self, request: HttpRequest, ids: list[int]) -> None:
+        """Cancel the items and tell the user what happened."""
+        raise NotImplementedError
+
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
-        retry = path(
-            "<path:object_id>/retry/",
-            self.admin_site.admin_view(self.retry_view),
-            name="{}_{}_retry".format(*info),
-        )
+        buttons = [
+            path(
+                f"<path:object_id>/{view}/",
+                self.admin_site.admin_view(getattr(self, f"{view}_view")),
+                name=f"{info[0]}_{info[1]}_{view}",
+            )
+            for view in ("retry", "cancel")
+        ]
         # Before Django's own: its last pattern takes any "<id>/..." path.
-        return [retry, *super().get_urls()]
+        return [*buttons, *super().get_urls()]
 
     def change_view(
         self,
@@ -67,11 +82,26 @@ class ItemPageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             context["title"] = f"View {self.item_state(obj)} {self.item_noun()}"
             if self.can_retry(obj) and self.has_change_permission(request, obj):
                 context["retry_url"] = self._url("retry", quote(obj.pk))
+            if self.can_cancel(obj) and self.has_change_permission(request, obj):
+                context["cancel_url"] = self._url("cancel", quote(obj.pk))
         context.update(extra_context or {})
         return super().change_view(request, object_id, form_url, extra_context=context)
 
     def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST: retry the item, then back to the list with a message."""
+        return self._button(request, object_id, self.retry_ids)
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST: cancel the item, then back to the list with a message."""
+        return self._button(request, object_id, self.cancel_ids)
+
+    def _button(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        run: Callable[[HttpRequest, list[int]], None],
+    ) -> HttpResponse:
+        """A button's POST: ``run`` on the item, then back to the list with a message."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         obj = self.get_object(request, unquote(object_id))
@@ -82,7 +112,7 @@ class ItemPageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             text = f'{name} with ID "{unquote(object_id)}" does not exist. Perhaps it was deleted?'
             self.message_user(request, text, messages.WARNING)
         else:
-            self.retry_ids(request, [obj.id])
+            run(request, [obj.id])
         changelist = self._url("changelist")
         preserved: dict[str, Any] = {
             "preserved_filters": self.get_preserved_filters(request),

@@ -145,6 +145,13 @@ class QueueModel(BaseQueueModel, metaclass=QueueModelBase):
         else:
             super().save(*args, **kwargs)
 
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether this item was asked to stop (``Model.queue.cancel()`` while it was leased):
+        what a long handler checks now and then. One query, on the item's database."""
+        alias = self._state.db or router.db_for_read(type(self), instance=self)
+        return type(self).queue.using(alias).cancel_requested(self)
+
 
 class RingQueueModel(BaseQueueModel, metaclass=RingQueueModelBase):
     """Subclass this to declare a ring queue: the fields are the payload, and

@@ -1,5 +1,6 @@
 """The admin of a split queue (a data table and its meta table): the items with their state,
-counts per state, a filter by state, and the Retry, Set priority and Delete actions."""
+counts per state, a filter by state, and the Retry, Cancel, Set priority and Delete
+actions."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
-from django.db.models import F, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
 from dbqueue.errors import InvalidArgument
-from dbqueue.message import State
+from dbqueue.message import CancelOutcome, State
 from dbqueue_django.admin_common import (
     LIST_PAYLOAD_FIELDS,
     Count,
@@ -26,13 +27,15 @@ from dbqueue_django.spec import payload_fields
 
 
 class StateFilter(admin.SimpleListFilter):
-    """Ready (due now), scheduled (due later), leased, done (kept by ``keep_done``), failed."""
+    """Ready (due now), scheduled (due later), leased, done (kept by ``keep_done``), failed,
+    cancelled (as the stats count them: a cancelling item is leased until its lease ends)."""
 
     title = "state"
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(s, s) for s in ("ready", "scheduled", "leased", "done", "failed")]
+        states = ("ready", "scheduled", "leased", "done", "failed", "cancelled")
+        return [(s, s) for s in states]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value, now = self.value(), timezone.now()
@@ -40,11 +43,28 @@ class StateFilter(admin.SimpleListFilter):
             return queryset.filter(queue_meta__state=State.READY, queue_meta__run_at__lte=now)
         if value == "scheduled":
             return queryset.filter(queue_meta__state=State.READY, queue_meta__run_at__gt=now)
+        # A cancelling item is leased until its lease ends, then cancelled (see split_stats).
+        cancelling = Q(queue_meta__state=State.CANCELLING)
         if value == "leased":
-            return queryset.filter(queue_meta__state=State.LEASED)
+            live = cancelling & Q(queue_meta__lease_until__gte=now)
+            return queryset.filter(Q(queue_meta__state=State.LEASED) | live)
+        if value == "cancelled":
+            ended = cancelling & Q(queue_meta__lease_until__lt=now)
+            return queryset.filter(Q(queue_meta__state=State.CANCELLED) | ended)
         if value in ("done", "failed"):
             return queryset.filter(queue_meta__state=State.parse(value))
         return queryset
+
+
+#: How the admin's message tells each outcome of a cancel.
+CANCEL_TOLD = {
+    CancelOutcome.CANCELLED: "cancelled (will never run)",
+    CancelOutcome.REQUESTED: "leased: cancellation requested (recorded when its worker settles it)",
+    CancelOutcome.ALREADY: "already cancelled",
+    CancelOutcome.FINISHED: "already finished, left as they were",
+    CancelOutcome.MISSING: "no longer in the queue",
+}
+CHANGED = {CancelOutcome.CANCELLED, CancelOutcome.REQUESTED}
 
 
 class QueueActionForm(ActionForm):
@@ -66,7 +86,7 @@ class QueueModelAdmin(QueueTableAdmin):
     action_form = QueueActionForm
     # Django's own "Delete selected" stays (with its confirmation page): it ends in
     # delete_queryset(), which deletes from both tables.
-    actions = ["retry_items", "set_priority"]
+    actions = ["retry_items", "cancel_items", "set_priority"]
     list_filter = [StateFilter, ErrorClassFilter]
     search_fields = ["=id", "last_error"]
     # A done or failed item's run_at is when it finished (see finished_at).
@@ -104,6 +124,7 @@ class QueueModelAdmin(QueueTableAdmin):
             Count("leased", stats["leased"], note=expired),
             Count("done", stats["done"], url="?state=done"),
             Count("failed", stats["failed"], url="?state=failed", css="failed"),
+            Count("cancelled", stats["cancelled"], url="?state=cancelled"),
             Count("oldest ready", stats["oldest_ready"]),
         ]
 
@@ -114,6 +135,8 @@ class QueueModelAdmin(QueueTableAdmin):
         state = State(obj.q_state)
         if state is State.READY and obj.q_run_at > timezone.now():
             return "scheduled"
+        if state is State.CANCELLING:
+            return "cancelling"
         return state.name.lower()
 
     @admin.display(description="attempts", ordering="queue_meta__attempts")
@@ -132,7 +155,7 @@ class QueueModelAdmin(QueueTableAdmin):
     def finished_at(self, obj: Any) -> str:
         # For a done or failed item run_at records when it left the queue (see split_fail,
         # split_ack_done).
-        finished = obj.q_state in (State.DONE, State.FAILED)
+        finished = obj.q_state in (State.DONE, State.FAILED, State.CANCELLED)
         return display_time(obj.q_run_at if finished else None)
 
     @admin.display(description="lease until")
@@ -158,7 +181,21 @@ class QueueModelAdmin(QueueTableAdmin):
         note = f" ({skipped} not failed, left as they were)" if skipped else ""
         self.message_user(request, f"{done} item(s) back to ready{note}.", messages.SUCCESS)
 
+    def can_cancel(self, obj: Any) -> bool:
+        return obj.q_state in (State.READY, State.LEASED)
+
+    def cancel_ids(self, request: HttpRequest, ids: list[int]) -> None:
+        outcomes = list(self._queue.cancel(ids).values())
+        counts = {o: outcomes.count(o) for o in CancelOutcome if o in outcomes}
+        parts = [f"{n} {CANCEL_TOLD[o]}" for o, n in counts.items()]
+        level = messages.SUCCESS if set(counts) & CHANGED else messages.WARNING
+        self.message_user(request, f"Cancel: {'; '.join(parts) or 'nothing selected'}.", level)
+
     # -- actions ------------------------------------------------------------------------------
+
+    @admin.action(description="Cancel selected items", permissions=["change"])
+    def cancel_items(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self.cancel_ids(request, self._ids(queryset))
 
     @admin.action(description="Retry selected failed items", permissions=["change"])
     def retry_items(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:

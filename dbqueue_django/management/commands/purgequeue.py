@@ -19,14 +19,16 @@ AGED_BY = {
     StateSelector.LEASED: "pushed",
     StateSelector.DONE: "done",
     StateSelector.FAILED: "failed",
+    StateSelector.CANCELLED: "cancelled",
 }
 
 
 class Command(BaseCommand):
     help = (
         "Delete the items of a queue (app_label.Model) in one state: ready (due now), "
-        "scheduled (due later), leased, failed or done. With --older-than, only those pushed "
-        "longer ago (done and failed items: finished longer ago). Asks first unless --noinput."
+        "scheduled (due later), leased, failed, done or cancelled. With --older-than, only "
+        "those pushed longer ago (done, failed and cancelled items: finished longer ago). "
+        "Asks first unless --noinput."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
