@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.orm import Mapped, Mapper, mapped_column
+from sqlalchemy.orm import Mapped, Mapper, mapped_column, object_session
 
-from dbqueue.errors import InvalidSpec
+from dbqueue.errors import InvalidArgument, InvalidSpec
 from dbqueue.schema import RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import QueueSpec
 from dbqueue_sa import orm
@@ -138,6 +138,19 @@ class QueueMixin(_QueueBase):
         priority: int
         run_at: dt.datetime
         lease_until: dt.datetime | None
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether this item was asked to stop (``Model.queue.cancel()`` while it was
+        leased), asked on the session the instance belongs to. A popped instance is
+        detached: ask ``Model.queue.on(session).cancel_requested(item)`` instead."""
+        session = object_session(self)
+        if session is None:
+            raise InvalidArgument(
+                f"{type(self).__name__} #{self.id} belongs to no session; ask "
+                f"{type(self).__name__}.queue.on(session).cancel_requested(item)"
+            )
+        return type(self).queue.cancel_requested(session, self)
 
 
 class RingQueueMixin(_QueueBase):

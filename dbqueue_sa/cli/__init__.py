@@ -31,6 +31,7 @@ from dbqueue.commandline import render_table
 from dbqueue.errors import DBQueueError
 from dbqueue.progress import Progress
 from dbqueue_sa.cli.archive import SUBCOMMAND as ARCHIVE
+from dbqueue_sa.cli.cancel import SUBCOMMAND as CANCEL
 from dbqueue_sa.cli.common import (
     EXIT_ERROR,
     URL_ENV,
@@ -54,7 +55,16 @@ __all__ = [
     "render_table",
 ]
 
-SUBCOMMANDS: tuple[Subcommand, ...] = (WORKER, STATS, HEALTH, SCHEDULES, RETRY, PURGE, ARCHIVE)
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    WORKER,
+    STATS,
+    HEALTH,
+    SCHEDULES,
+    RETRY,
+    CANCEL,
+    PURGE,
+    ARCHIVE,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
