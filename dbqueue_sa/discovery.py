@@ -85,6 +85,16 @@ class FoundQueue(discovery.FoundQueue):
             if state.due is not None:
                 due = table.c.run_at <= sa.literal(now)
                 where = sa.and_(where, due if state.due else sa.not_(due))
+            cancellable = (StateSelector.LEASED, StateSelector.CANCELLED)
+            if self.failed is None and state in cancellable and now is not None:
+                # A cancelling item is leased until its lease ends, then cancelled, as the
+                # core's purge takes it (split_purge).
+                ended = table.c.lease_until < sa.literal(now)
+                cancelling = sa.and_(
+                    table.c.state == int(State.CANCELLING),
+                    ended if state is StateSelector.CANCELLED else sa.not_(ended),
+                )
+                where = sa.or_(where, cancelling)
         if self.failed is None:
             return [Ids(self.items.c.id, where)]
         seq, slot_state = self.items.c.seq, self.items.c.state

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -67,3 +69,20 @@ def test_an_instance_in_a_session_tells_whether_it_was_asked_to_stop(engine: sa.
         Job.queue.ack(session, [popped])
         session.commit()
     assert states(engine) == {item_id: State.CANCELLED}
+
+
+def test_purge_of_cancelled_items_takes_the_ended_cancelling_leases(
+    engine: sa.Engine, url: str
+) -> None:
+    ended, running, waiting = push_jobs(engine, 3)
+    with Session(engine) as session, session.begin():
+        Job.queue.pop_batch(session, 2)  # ended and running: the first two
+        Job.queue.cancel(session, [ended, running, waiting])
+    meta = Job.__queue_meta__
+    with engine.begin() as connection:  # the first one's worker died: its lease ended
+        long_ago = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+        connection.execute(meta.update().where(meta.c.id == ended).values(lease_until=long_ago))
+    done = dbqueue("purge", "--url", url, "--queue", "sa_job", "--state", "cancelled", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "purged 2 cancelled item(s) of sa_job\n"
+    assert states(engine) == {running: State.CANCELLING}
