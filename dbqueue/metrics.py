@@ -47,7 +47,7 @@ EXTRA_MISSING = "metrics need the prometheus_client package: pip install 'dbqueu
 METRICS_HOST = "0.0.0.0"  # noqa: S104
 #: The ``state`` label values of ``dbqueue_depth``, in the order they are exposed. ``spilled``
 #: is a ring's only (messages in its overflow, counted in ``ready`` too).
-DEPTH_STATES = ("ready", "scheduled", "leased", "done", "failed")
+DEPTH_STATES = ("ready", "scheduled", "leased", "done", "failed", "cancelled")
 
 
 def require_prometheus() -> None:

@@ -66,6 +66,7 @@ def test_the_depth_gauges_and_the_pushed_counter_come_from_the_database(db: Setu
         assert value("dbqueue_stats_up", {"queue": queue.name}) == 1
         assert value("dbqueue_depth", {"queue": queue.name, "state": "ready"}) == 5
         assert value("dbqueue_depth", {"queue": queue.name, "state": "failed"}) == 0
+        assert value("dbqueue_depth", {"queue": queue.name, "state": "cancelled"}) == 0
         assert value("dbqueue_depth", {"queue": queue.name, "state": "spilled"}) is None
         assert value("dbqueue_oldest_ready_age_seconds", {"queue": queue.name}) >= 0  # type: ignore[operator]
         assert value("dbqueue_pushed_total", {"queue": queue.name}) == 5
