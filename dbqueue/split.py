@@ -17,10 +17,11 @@ from dbqueue.arguments import (
     TokenLike,
     check_duration,
     check_priority,
+    fenced,
     positive,
     to_tokens,
 )
-from dbqueue.errors import InvalidArgument, NotLeased, shown
+from dbqueue.errors import InvalidArgument, shown
 from dbqueue.executor import Executor, Row, UnloadedRow, columns_from
 from dbqueue.layout import RESCUE_ERROR, Layout, log
 from dbqueue.message import CancelOutcome, Message, QueueStats, RescueResult, State
@@ -252,18 +253,42 @@ class SplitQueue(Layout):
     # -- acknowledge --------------------------------------------------------------------------
 
     def _ack_tokens(self, ex: Executor, tokens: list[Token], strict: bool) -> list[int]:
-        if self.dialect.supports_writable_cte or self.spec.options.keep_done:
+        if self.spec.options.keep_done:  # one update marks each row done, or cancelled
             return super()._ack_tokens(ex, tokens, strict)
-        # Without data-modifying CTEs (SQLite) an ack that deletes the leased rows and keeps
-        # the cancelling ones is two statements, each taking what is held; strict is checked
-        # over both (what they did not take was not held), and a miss rolls both back.
-        with ex.atomic():
-            params = {**self._token_params(tokens), "strict": False, **self._clock()}
-            kept = self._rows(ex, "ack_cancelling", params, NumberRow)
-            acked = super()._ack_tokens(ex, tokens, False) + [int(r.number) for r in kept]
-            if strict and len(acked) != len(tokens):
-                raise NotLeased({t[0] for t in tokens} - set(acked), "ack")
-            return acked
+        # The ack deletes the leased rows; the cancelling ones, kept and cancelled, take a
+        # second statement, run only when the ack took fewer rows than it was given (a
+        # cancellation, or a lost lease): the hot path stays one statement.
+        params = {**self._token_params(tokens), "strict": strict}
+        acked = [int(r.number) for r in self._rows(ex, "ack", params, NumberRow)]
+        if len(acked) < len(tokens):
+            taken = set(acked)
+            acked += self._ack_cancelling(ex, [t for t in tokens if t[0] not in taken], strict)
+        if strict:
+            self._check_leased(ex, tokens, acked, "ack")
+        return acked
+
+    def _ack_cancelling(self, ex: Executor, tokens: list[Token], strict: bool) -> list[int]:
+        """Record the held items of ``tokens`` whose cancellation was requested as cancelled
+        (strict: all the tokens held, or none); the ids. Between the two statements of an ack
+        no one else takes a held row: a rescue leaves cancelling rows alone."""
+        params = {**self._token_params(tokens), "strict": strict, **self._clock()}
+        return [int(r.number) for r in self._rows(ex, "ack_cancelling", params, NumberRow)]
+
+    def ack_pop(
+        self,
+        ex: Executor,
+        items: TokenLike,
+        n: int,
+        *,
+        lease: dt.timedelta | None = None,
+    ) -> tuple[int, list[Message]]:
+        acked, messages = super().ack_pop(ex, items, n, lease=lease)
+        # split_ack_pop deletes the leased rows only (see _ack_tokens); SQLite acks through it.
+        tokens = fenced(items, "ack_pop")
+        own_statement = self.dialect.supports_writable_cte and not self.spec.options.keep_done
+        if own_statement and acked < len(tokens):
+            acked += len(self._ack_cancelling(ex, tokens, False))
+        return acked, messages
 
     # -- cancellation -------------------------------------------------------------------------
 

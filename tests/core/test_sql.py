@@ -81,9 +81,7 @@ def test_every_dialect_defines_the_same_statements(layout: str) -> None:
     names = {d: set(load(d, layout)) for d in DIALECTS}
     # Except what needs writable CTEs, which the core composes from other statements.
     ack_pops = {f"{layout}_ack_pop", f"{layout}_ack_pop_done"}
-    # And SQLite's first half of an ack, which keeps the cancelling rows (see SplitQueue).
-    sqlite_only = {"split_ack_cancelling"} if layout == "split" else set()
-    assert names["postgresql"] - ack_pops - compaction(layout) == names["sqlite"] - sqlite_only
+    assert names["postgresql"] - ack_pops - compaction(layout) == names["sqlite"]
     assert len(names["postgresql"]) >= 12
     for name in names["postgresql"]:
         assert name.startswith(f"{layout}_")
@@ -96,14 +94,14 @@ def test_the_split_layout_has_every_operation_the_queue_runs() -> None:
                 "split_delete",
                 "split_notify", "split_release",
                 "split_set_priority", "split_pushed",
-                "split_cancel", "split_cancel_requested", "split_states",
+                "split_cancel", "split_cancel_requested", "split_states", "split_ack_cancelling",
                 # keep_done's replacements of split_ack, split_pop_remove (KEEP_DONE_OPERATIONS)
                 "split_ack_done", "split_pop_done"}  # fmt: skip
     # split_ack_pop needs writable CTEs (PostgreSQL); elsewhere the core runs ack + pop in one
     # transaction instead.
     postgresql_only = {"split_ack_pop", "split_ack_pop_done"} | compaction("split")
     assert set(load("postgresql", "split")) == expected | postgresql_only
-    assert set(load("sqlite", "split")) == expected | {"split_ack_cancelling"}
+    assert set(load("sqlite", "split")) == expected
 
 
 #: The ring's statements on every dialect.

@@ -80,8 +80,8 @@ tok AS (
 ), {_held_tokens}
 
 -- split_ack --
--- The leased rows of the tokens; the core runs split_ack_cancelling first, in the same
--- transaction (a block returns one statement's rows, and an ack returns both kinds).
+-- The leased rows of the tokens; the cancelling ones are left to split_ack_cancelling, which
+-- the core runs only when an ack took fewer rows than it was given (see postgresql/split.sql).
 WITH {_ack_held}
 DELETE FROM {meta}
 WHERE id IN (SELECT id FROM allowed) AND state = {state_leased}
@@ -89,8 +89,8 @@ RETURNING id;
 DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- split_ack_cancelling --
--- The first half of split_ack: the cancelling rows of the tokens kept, cancelled, with
--- run_at = when they finished (as a failed row).
+-- The rest of an ack that took fewer rows than it was given: the held cancelling rows of the
+-- tokens kept, cancelled, with run_at = when they finished (as a failed row).
 WITH {_ack_held}
 UPDATE {meta}
 SET state = {state_cancelled}, run_at = :now, lease_until = NULL
