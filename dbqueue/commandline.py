@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from dbqueue.health import MAX_AGE
+from dbqueue.message import CancelOutcome
 from dbqueue.worker.loop import SUMMARY_EVERY
 
 #: Rows per delete transaction of the archive job (see dbqueue.spark.archive).
@@ -205,3 +206,18 @@ def log_to_stderr(level: int | str) -> None:
         )
         stream._dbqueue_stderr = True  # type: ignore[attr-defined]
         logger.addHandler(stream)
+
+
+#: What each outcome of a cancel means, after the item's id in the commands' output.
+CANCEL_OUTCOMES = {
+    CancelOutcome.CANCELLED: "cancelled: it will never run",
+    CancelOutcome.REQUESTED: "leased: cancellation requested (recorded when its worker settles it)",
+    CancelOutcome.ALREADY: "already cancelled, or its cancellation requested",
+    CancelOutcome.FINISHED: "already finished (done or failed): left as it was",
+    CancelOutcome.MISSING: "no such item",
+}
+
+
+def cancel_outcome_line(item_id: int, outcome: CancelOutcome) -> str:
+    """The line both fronts' cancel commands print for one item."""
+    return f"{item_id}: {CANCEL_OUTCOMES[outcome]}"

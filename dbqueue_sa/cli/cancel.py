@@ -4,17 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from dbqueue.message import CancelOutcome
+from dbqueue.commandline import cancel_outcome_line
 from dbqueue_sa.cli.common import EXIT_OK, Subcommand, engine_for, find_queue, url_of
-
-#: What each outcome means, after the id in the output.
-TOLD = {
-    CancelOutcome.CANCELLED: "cancelled: it will never run",
-    CancelOutcome.REQUESTED: "leased: cancellation requested (recorded when its worker settles it)",
-    CancelOutcome.ALREADY: "already cancelled, or its cancellation requested",
-    CancelOutcome.FINISHED: "already finished (done or failed): left as it was",
-    CancelOutcome.MISSING: "no such item",
-}
 
 
 def _item_id(text: str) -> int:
@@ -44,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         engine.dispose()
     for number, outcome in outcomes.items():
-        print(f"{number}: {TOLD[outcome]}")
+        print(cancel_outcome_line(number, outcome))
     return EXIT_OK
 
 

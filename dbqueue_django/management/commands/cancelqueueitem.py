@@ -7,18 +7,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from dbqueue.commandline import cancel_outcome_line
 from dbqueue.errors import DBQueueError
-from dbqueue.message import CancelOutcome
 from dbqueue_django.management.labels import database_alias, queue_model
-
-#: What each outcome means, after the id in the output.
-TOLD = {
-    CancelOutcome.CANCELLED: "cancelled: it will never run",
-    CancelOutcome.REQUESTED: "leased: cancellation requested (recorded when its worker settles it)",
-    CancelOutcome.ALREADY: "already cancelled, or its cancellation requested",
-    CancelOutcome.FINISHED: "already finished (done or failed): left as it was",
-    CancelOutcome.MISSING: "no such item",
-}
 
 
 class Command(BaseCommand):
@@ -44,7 +35,7 @@ class Command(BaseCommand):
         except DBQueueError as exc:
             raise CommandError(str(exc)) from exc
         for number, outcome in outcomes.items():
-            self.stdout.write(f"{number}: {TOLD[outcome]}")
+            self.stdout.write(cancel_outcome_line(number, outcome))
 
 
 def item_id(text: str) -> int:
