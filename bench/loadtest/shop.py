@@ -208,6 +208,9 @@ def server_now(dsn: str) -> dt.datetime:
 
 #: The worker backends started before the current worker (a killed worker's), by its start.
 _ORPHANED = "application_name = %(worker)s AND backend_start < %(since)s"
+#: Connections only: a parallel query's workers show in pg_stat_activity under their leader's
+#: application_name (the idle worker's look at a 96,000-slot ring runs with two of them).
+_CLIENTS = "backend_type = 'client backend'"
 
 
 def count_connections(
@@ -217,7 +220,7 @@ def count_connections(
     ``worker_since``, the worker backends that started before it left out."""
     rows = conn.execute(
         "SELECT application_name, count(*) FROM pg_stat_activity "
-        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        f"WHERE datname = current_database() AND pid <> pg_backend_pid() AND {_CLIENTS} "
         f"AND NOT coalesce({_ORPHANED}, false) GROUP BY 1",
         {"worker": WORKER, "since": worker_since},
     ).fetchall()
@@ -227,7 +230,8 @@ def count_connections(
 def count_orphans(conn: psycopg.Connection[tuple[object, ...]], worker_since: dt.datetime) -> int:
     """The worker backends that started before ``worker_since`` (a killed worker's)."""
     row = conn.execute(
-        f"SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND {_ORPHANED}",
+        f"SELECT count(*) FROM pg_stat_activity "
+        f"WHERE datname = current_database() AND {_CLIENTS} AND {_ORPHANED}",
         {"worker": WORKER, "since": worker_since},
     ).fetchone()
     return int(str(row[0])) if row else 0
