@@ -83,13 +83,14 @@ def _is_int(value: object) -> bool:
 def _token_of(item_id: object, attempts: object, item: object) -> Token:
     if isinstance(item_id, bool) or not isinstance(item_id, int) or not 0 <= item_id <= BIGINT_MAX:
         raise InvalidArgument(f"not an item or id (ids are ints, 0..2**63 - 1): {shown(item)}")
+    item_id = int(item_id)  # an int subclass (a Pushed id) binds as a plain int
     if attempts is None:
         return (item_id, None)
     if isinstance(attempts, bool) or not isinstance(attempts, int):
         raise InvalidArgument(f"attempts must be an int: {shown(item)}")
     if not 0 <= attempts <= ATTEMPTS_MAX:
         raise InvalidArgument(f"attempts must be in 0..{ATTEMPTS_MAX}: {shown(item)}")
-    return (item_id, attempts)
+    return (item_id, int(attempts))
 
 
 def to_token(item: TokenLike) -> Token:
