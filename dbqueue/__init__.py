@@ -25,6 +25,7 @@ from dbqueue.errors import (
     RingNotEmpty,
     SnapshotTooOld,
     TransactionStateError,
+    UniqueKeyConflict,
     UnsupportedDatabase,
     UnsupportedOperation,
     WorkerGaveUp,
@@ -42,6 +43,7 @@ from dbqueue.message import (
 from dbqueue.ring import RingQueue
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec, WhenFull
 from dbqueue.split import SplitQueue
+from dbqueue.unique import Pushed, UniqueScope
 
 __version__ = "0.1.0.dev0"
 
@@ -61,6 +63,7 @@ __all__ = [
     "Message",
     "NotLeased",
     "PayloadTooLarge",
+    "Pushed",
     "QueueFull",
     "QueueOptions",
     "QueueSpec",
@@ -76,6 +79,8 @@ __all__ = [
     "State",
     "StateSelector",
     "TransactionStateError",
+    "UniqueKeyConflict",
+    "UniqueScope",
     "UnsupportedDatabase",
     "UnsupportedOperation",
     "WhenFull",

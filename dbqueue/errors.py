@@ -43,6 +43,12 @@ class UnsupportedOperation(DBQueueError):
     """The queue's layout has no such operation (a ring queue cannot cancel an item)."""
 
 
+class UniqueKeyConflict(DBQueueError):
+    """A unique queue could not settle who holds a key (:mod:`dbqueue.unique`): a retry would
+    make a second item of a key another item took meanwhile, or a push kept finding its key's
+    holder gone. Nothing was written; the operation may be run again."""
+
+
 class TransactionStateError(DBQueueError):
     """A delivery mode was used where its guarantee cannot hold (e.g. at-most-once inside an
     open transaction, which could roll the removal back after the work was done)."""

@@ -40,6 +40,7 @@ from dbqueue.ring import RingQueue
 from dbqueue.spec import QueueSpec
 from dbqueue.split import SplitQueue
 from dbqueue.tracing import push_span
+from dbqueue.unique import Pushed
 
 #: A core queue of either layout: both have the same operations.
 AnyQueue = SplitQueue | RingQueue
@@ -128,13 +129,24 @@ class FrontQueue[M](ABC):
         priority: int = 0,
         delay: dt.timedelta | None = None,
         run_at: dt.datetime | None = None,
+        unique_key: str | None = None,
         **payload: Any,
-    ) -> int:
-        """Enqueue one item in the caller's transaction; return its id."""
+    ) -> Pushed:
+        """Enqueue one item in the caller's transaction; return its id.
+
+        In a unique queue (``QueueOptions.unique``, ``unique_scope``) an item that holds the
+        push's key (``unique_key``, or the one its declared fields make) is returned instead and
+        nothing is written: the id is a :class:`dbqueue.Pushed`, ``duplicate`` True.
+        """
         core, ex = self._bind()
         with push_span(core.spec.table) as span:
             pushed = core.push(
-                ex, self._payload(payload), priority=priority, delay=delay, run_at=run_at
+                ex,
+                self._payload(payload),
+                priority=priority,
+                delay=delay,
+                run_at=run_at,
+                unique_key=unique_key,
             )
             span.ids([pushed])
         return pushed
@@ -147,7 +159,7 @@ class FrontQueue[M](ABC):
         delay: dt.timedelta | None = None,
         run_at: dt.datetime | None = None,
         batch_size: int | None = None,
-    ) -> list[int]:
+    ) -> list[Pushed]:
         """Enqueue many items, one statement per batch; ids in input order. All rows are
         validated first; nothing is written if any is invalid."""
         payloads = [self._payload(r) for r in payload_rows(rows)]

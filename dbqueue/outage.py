@@ -51,6 +51,16 @@ def sqlstate(exc: BaseException) -> str | None:
     return None
 
 
+def is_unique_violation(exc: BaseException) -> bool:
+    """True if ``exc`` (a driver's error, bare or wrapped) is a unique index refusing a row."""
+    for error in _chain(exc):
+        if getattr(error, "sqlstate", None) == "23505":
+            return True
+        if type(error).__module__ == "sqlite3" and "UNIQUE constraint failed" in str(error):
+            return True
+    return False
+
+
 def _chain(exc: BaseException) -> list[BaseException]:
     """``exc`` and the driver errors it wraps (``orig``, ``__cause__``), outermost first."""
     seen: list[BaseException] = []

@@ -9,6 +9,7 @@ from dbqueue.dialects.base import Dialect
 from dbqueue.errors import InvalidSpec
 from dbqueue.message import State
 from dbqueue.spec import QueueSpec
+from dbqueue.unique import UNIQUE_KEY_COLUMN, index_predicate
 
 #: The columns every split queue's data table has besides the payload (what the adapters'
 #: models and mapped classes must not declare as payload).
@@ -44,6 +45,8 @@ def create_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
     # The same defaults Django's migrations write (Now() on each backend).
     now = "statement_timestamp()" if pg else "(STRFTIME('%Y-%m-%d %H:%M:%f', 'NOW'))"
     meta, data = q(spec.meta_table), q(spec.table)
+    unique = spec.options.is_unique
+    unique_column = f",\n    {UNIQUE_KEY_COLUMN} text NULL" if unique else ""
     statements = [
         f"CREATE TABLE {data} (\n    id {data_id},\n{payload}"
         f"    enqueued_at {ts} NOT NULL DEFAULT {now},\n    last_error text NULL\n)",
@@ -51,15 +54,27 @@ def create_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
         f"    state smallint NOT NULL DEFAULT {int(State.READY)},\n"
         f"    priority smallint NOT NULL DEFAULT 0,\n"
         f"    run_at {ts} NOT NULL DEFAULT {now},\n    attempts smallint NOT NULL DEFAULT 0,\n"
-        f"    lease_until {ts} NULL\n)",
+        f"    lease_until {ts} NULL{unique_column}\n)",
         f"CREATE INDEX {q(spec.index_name('ready'))} ON {meta} "
         f"(priority DESC, run_at, id) WHERE state = {int(State.READY)}",
         f"CREATE INDEX {q(spec.index_name('leased'))} ON {meta} (lease_until) "
         f"WHERE state = {int(State.LEASED)}",
     ]
+    if unique:
+        statements.append(unique_index_statement(spec, dialect))
     if pg:
         statements.extend(tuning_statements(spec, dialect))
     return statements
+
+
+def unique_index_statement(spec: QueueSpec, dialect: Dialect) -> str:
+    """The partial unique index of a unique split queue's keys, over its scope's states
+    (:mod:`dbqueue.unique`)."""
+    q = dialect.quote
+    return (
+        f"CREATE UNIQUE INDEX {q(spec.index_name('unique'))} ON {q(spec.meta_table)} "
+        f"({UNIQUE_KEY_COLUMN}) WHERE {index_predicate(spec.options.unique_scope_mode)}"
+    )
 
 
 def tuning_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:

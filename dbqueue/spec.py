@@ -18,6 +18,7 @@ from typing import Any
 from dbqueue.backoff import Backoff
 from dbqueue.errors import InvalidSpec
 from dbqueue.schedules import Schedule, queue_schedules
+from dbqueue.unique import UniqueScope
 
 #: Lower-case ASCII identifiers only: the same spelling works unquoted and quoted on every
 #: database we support, and no user text can smuggle a quote or a schema prefix in.
@@ -32,7 +33,7 @@ RESERVED_NAMES = frozenset(
     {
         "id", "state", "priority", "run_at", "attempts", "lease_until", "enqueued_at",
         "last_error", "slot", "seq", "pushed_at", "item", "queue_meta", "delay", "mode",
-        "using", "token", "queue", "failed_at",
+        "using", "token", "queue", "failed_at", "unique_key",
     }
 )  # fmt: skip
 
@@ -54,6 +55,14 @@ MAX_CAPACITY = 1 << 24
 SPLIT_HINT = (
     "a ring queue reuses its slots, so it cannot keep delivered messages; remove it, or "
     "declare a split queue (Django: QueueModel, SQLAlchemy: QueueMixin)"
+)
+
+
+#: How to fix a ring declaration that asks for unique items.
+UNIQUE_HINT = (
+    "a ring's push rewrites a preallocated slot in place without touching an index, and a "
+    "unique index on its slots would cost every push and pop that speed; declare a split queue "
+    "(Django: QueueModel, SQLAlchemy: QueueMixin) for unique items"
 )
 
 
@@ -175,6 +184,17 @@ class QueueOptions:
     #: worker serving the queue pushes their ticks, whatever its handler, exactly once per
     #: tick among them (see :mod:`dbqueue.scheduler`). A list is accepted.
     schedule: tuple[Schedule, ...] = field(default=(), hash=False)
+    #: Split queues only (see :mod:`dbqueue.unique`): the payload fields whose values make an
+    #: item's unique key, so that a push of the same values returns the item already there
+    #: (``push(unique_key=...)`` gives a key of its own instead). A name is accepted.
+    unique: tuple[str, ...] = ()
+    #: Split queues only: while an item holds its key (:class:`~dbqueue.unique.UniqueScope`; a
+    #: name is accepted). Declaring it without ``unique`` deduplicates only the pushes that
+    #: pass ``unique_key``. None: "unfinished" if the queue is unique.
+    unique_scope: UniqueScope | None = None
+    #: Split queues only: one item per key per period (aligned windows, e.g. one per hour of
+    #: the clock), on top of the scope.
+    unique_period: timedelta | None = None
 
     def __post_init__(self) -> None:
         attempts = self.max_attempts
@@ -219,6 +239,47 @@ class QueueOptions:
         if self.keep_done and capacity is not None:
             raise InvalidSpec(f"keep_done is an option of split queues only; {SPLIT_HINT}")
         object.__setattr__(self, "schedule", queue_schedules(self.schedule))
+        self._resolve_unique()
+
+    @property
+    def is_unique(self) -> bool:
+        """Whether the queue has unique items (its meta table a ``unique_key`` column)."""
+        return bool(self.unique) or self.unique_scope is not None or self.unique_period is not None
+
+    @property
+    def unique_scope_mode(self) -> UniqueScope:
+        """The scope of a unique queue's keys: ``unique_scope``, or "unfinished"."""
+        return self.unique_scope or UniqueScope.UNFINISHED
+
+    def _resolve_unique(self) -> None:
+        """Store ``unique`` as a tuple and ``unique_scope`` as a UniqueScope, or raise."""
+        declared: Any = self.unique  # a declaration may give a name, or a list
+        names = (declared,) if isinstance(declared, str) else declared
+        if not isinstance(names, tuple | list) or not all(isinstance(n, str) for n in names):
+            raise InvalidSpec(f"unique must be a tuple of field names, got {self.unique!r}")
+        if len(set(names)) != len(names):
+            raise InvalidSpec(f"unique names a field twice: {self.unique!r}")
+        object.__setattr__(self, "unique", tuple(names))
+        scope = self.unique_scope
+        if scope is not None:
+            if not isinstance(scope, str) or scope not in set(UniqueScope):
+                raise InvalidSpec(
+                    f"unique_scope must be one of "
+                    f"{', '.join(repr(str(s)) for s in UniqueScope)}, got {scope!r}"
+                )
+            object.__setattr__(self, "unique_scope", UniqueScope(scope))
+        period = self.unique_period
+        if period is not None and (
+            not isinstance(period, timedelta)
+            or period < timedelta(seconds=1)
+            or period % timedelta(seconds=1)
+        ):
+            raise InvalidSpec(
+                f"unique_period must be a timedelta of whole seconds, at least one, or None; "
+                f"got {period!r}"
+            )
+        if self.is_unique and self.capacity is not None:
+            raise InvalidSpec(f"unique items are an option of split queues only; {UNIQUE_HINT}")
 
     @property
     def when_full_mode(self) -> WhenFull:
@@ -257,6 +318,8 @@ RING_OPTIONS = frozenset(
 )
 #: The options that only a split queue has: a ring reuses its slots, so it keeps nothing.
 SPLIT_OPTIONS = frozenset({"keep_done"})
+#: The options of unique items, which only a split queue has (:mod:`dbqueue.unique`).
+UNIQUE_OPTIONS = frozenset({"unique", "unique_scope", "unique_period"})
 
 
 def _refuse_options(
@@ -297,6 +360,7 @@ def options_from(
         _refuse_options(label, values, RING_OPTIONS, "ring", ring_hint)
     else:
         _refuse_options(label, values, SPLIT_OPTIONS, "split", SPLIT_HINT)
+        _refuse_options(label, values, UNIQUE_OPTIONS, "split", UNIQUE_HINT)
     if ring and values.get("capacity") is None:
         raise InvalidSpec(
             f"{label}: a ring queue needs capacity = <number of slots>, the most "
@@ -367,6 +431,12 @@ class QueueSpec:
                 or f.max_length < 1
             ):
                 raise InvalidSpec(f"max_length applies to text fields only ({f.name!r})")
+        unknown = sorted(set(self.options.unique) - seen)
+        if unknown:
+            raise InvalidSpec(
+                f"queue {self.table!r}: unique names {', '.join(map(repr, unknown))}, not a "
+                f"payload field; its fields: {', '.join(sorted(seen)) or '(none)'}"
+            )
 
     @property
     def meta_table(self) -> str:

@@ -21,12 +21,15 @@ from dbqueue.arguments import (
     positive,
     to_tokens,
 )
-from dbqueue.errors import InvalidArgument, shown
+from dbqueue.codec import payload_rows
+from dbqueue.errors import InvalidArgument, UniqueKeyConflict, shown
 from dbqueue.executor import Executor, Row, UnloadedRow, columns_from
 from dbqueue.layout import RESCUE_ERROR, Layout, log
 from dbqueue.message import CancelOutcome, Message, QueueStats, RescueResult, State
+from dbqueue.outage import is_unique_violation
 from dbqueue.rows import NumberRow, StateRow, ValueRow
 from dbqueue.sql import Statement
+from dbqueue.unique import Pushed, item_keys
 
 __all__ = ["SplitQueue", "TokenLike"]
 
@@ -58,6 +61,25 @@ UNCHANGED = {
     State.DONE: CancelOutcome.FINISHED,
     State.FAILED: CancelOutcome.FINISHED,
 }
+
+
+class KeyRow(NamedTuple):
+    """A row of a unique push (``split_push_unique``): the id written, None for a duplicate,
+    and the key as stored."""
+
+    id: int | None
+    key: str
+
+
+class HolderRow(NamedTuple):
+    """A row of ``split_unique_holders``: the item that holds a key."""
+
+    id: int
+    key: str
+
+
+#: How many times a unique push looks for its key's holder before it gives up.
+HOLDER_TRIES = 5
 
 
 class PopRow(NamedTuple):
@@ -142,13 +164,22 @@ class SplitQueue(Layout):
         priority: int = 0,
         delay: dt.timedelta | None = None,
         run_at: dt.datetime | None = None,
-    ) -> int:
-        """Enqueue one item in the executor's transaction; return its id."""
+        unique_key: str | None = None,
+    ) -> Pushed:
+        """Enqueue one item in the executor's transaction; return its id.
+
+        In a unique queue (:mod:`dbqueue.unique`) an item holding the push's key (``unique_key``,
+        or the one its declared fields make) is returned instead, as ``Pushed(id,
+        duplicate=True)``, and nothing is written.
+        """
         params = dict(zip(self._param_names, self.codec.encode(payload), strict=True))
+        (key,) = self._keys([payload], unique_key)
         params.update(self._schedule(priority, delay, run_at))
+        if key is not None:
+            return self._push_unique(ex, params, key)
         item_id = int(self._rows(ex, "push", params, NumberRow)[0].number)
         self._wake(ex)
-        return item_id
+        return Pushed(item_id)
 
     def push_many(
         self,
@@ -159,17 +190,27 @@ class SplitQueue(Layout):
         delay: dt.timedelta | None = None,
         run_at: dt.datetime | None = None,
         batch_size: int | None = None,
-    ) -> list[int]:
+    ) -> list[Pushed]:
         """Enqueue many items, one statement per batch; return their ids in input order.
 
         Every row is validated before the first statement runs; several batches run in one
-        transaction, so a failure leaves nothing behind.
+        transaction, so a failure leaves nothing behind. In a unique queue whose ``unique``
+        fields make keys, a row whose key an item holds (or an earlier row of the batch took)
+        gets that item's id, with ``duplicate`` True.
         """
         schedule = self._schedule(priority, delay, run_at)
+        unique = self.spec.options.is_unique
+        if unique:  # read once: the keys come from the rows too
+            rows = payload_rows(rows)
         encoded = self.codec.encode_many(rows)
         size = positive("batch_size", batch_size, self.spec.options.push_many_batch)
         if not encoded:
             return []
+        keys = self._keys(list(rows)) if unique else [None]
+        if keys[0] is not None:
+            pushed = self._push_many_unique(ex, encoded, keys, schedule, size)
+            self._wake(ex)
+            return pushed
         chunks = [encoded[i : i + size] for i in range(0, len(encoded), size)]
         if len(chunks) == 1 and self.dialect.supports_array_params:
             ids = self._push_chunk(ex, chunks[0], schedule)
@@ -177,7 +218,130 @@ class SplitQueue(Layout):
             with ex.atomic():
                 ids = [i for chunk in chunks for i in self._push_chunk(ex, chunk, schedule)]
         self._wake(ex)
-        return ids
+        return [Pushed(i) for i in ids]
+
+    # -- unique items (dbqueue.unique) ---------------------------------------------------------
+
+    def _keys(
+        self, payloads: list[Mapping[str, Any]], explicit: str | None = None
+    ) -> list[str | None]:
+        """Each payload's unique key, or None each where the queue or the push has none."""
+        options = self.spec.options
+        if not options.is_unique:
+            if explicit is not None:
+                raise InvalidArgument(
+                    f"queue {self.spec.table!r} has no unique items, so a push takes no "
+                    f"unique_key: declare QueueOptions.unique (fields) or unique_scope"
+                )
+            return [None for _ in payloads]
+        return item_keys(options.unique, [self._with_defaults(p) for p in payloads], explicit)
+
+    def _with_defaults(self, payload: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``payload`` with the defaults of the unique fields it leaves out (their key part is
+        the value the item gets)."""
+        missing = [f for f in self.spec.fields if f.name in self.spec.options.unique
+                   and f.name not in payload]  # fmt: skip
+        if not missing:
+            return payload
+        return {**payload, **{f.name: f.default_value() for f in missing}}
+
+    def _unique_params(self) -> dict[str, Any]:
+        period = self.spec.options.unique_period
+        return {} if period is None else {"unique_period": int(period.total_seconds())}
+
+    def _push_unique(self, ex: Executor, params: dict[str, Any], key: str) -> Pushed:
+        """One push of a unique item: written, or its key's holder (read again if the holder
+        finished between the two statements, at most a few times)."""
+        params = {**params, **self._unique_params(), "unique_key": key, **self._clock()}
+        if self.dialect.client_clock:  # SQLite: the data table's AUTOINCREMENT row
+            params["table"] = self.spec.table
+        for _ in range(HOLDER_TRIES):
+            row = self._rows(ex, "push_unique", params, KeyRow)[0]
+            if row.id is not None:
+                self._wake(ex)
+                return Pushed(int(row.id))
+            holders = self._holders(ex, [row.key])
+            if row.key in holders:
+                return Pushed(holders[row.key], duplicate=True)
+        raise UniqueKeyConflict(self._holder_gone(key))
+
+    def _push_many_unique(
+        self,
+        ex: Executor,
+        encoded: list[list[Any]],
+        keys: list[str | None],
+        schedule: dict[str, Any],
+        size: int,
+    ) -> list[Pushed]:
+        """push_many of a unique queue: the rows written, each skipped one its key's holder."""
+        if not self.dialect.supports_array_params:  # SQLite: a push per row, one transaction
+            with ex.atomic():
+                return [
+                    self._push_unique(ex, dict(zip(self._param_names, v, strict=True), **schedule),
+                                      cast(str, k))
+                    for v, k in zip(encoded, keys, strict=True)
+                ]  # fmt: skip
+        with ex.atomic():
+            pushed: list[Pushed] = []
+            for start in range(0, len(encoded), size):
+                pushed += self._push_unique_chunk(
+                    ex, encoded[start : start + size], keys[start : start + size], schedule
+                )
+            return pushed
+
+    def _push_unique_chunk(
+        self,
+        ex: Executor,
+        chunk: list[list[Any]],
+        keys: list[str | None],
+        schedule: dict[str, Any],
+    ) -> list[Pushed]:
+        params = {**schedule, **self._unique_params(), "count": len(chunk), "keys": keys}
+        for i, column in enumerate(zip(*chunk, strict=True)):
+            params[f"c{i}"] = list(column)
+        rows = self._rows(ex, "push_many_unique", params, KeyRow)
+        skipped = [r.key for r in rows if r.id is None]
+        holders = self._holders(ex, skipped) if skipped else {}
+        pushed = []
+        for values, key, row in zip(chunk, keys, rows, strict=True):
+            if row.id is not None:
+                pushed.append(Pushed(int(row.id)))
+            elif row.key in holders:
+                pushed.append(Pushed(holders[row.key], duplicate=True))
+            else:  # the holder finished meanwhile: push the row again
+                pushed += self._push_unique_chunk(ex, [values], [key], schedule)
+        return pushed
+
+    def _holders(self, ex: Executor, keys: list[str]) -> dict[str, int]:
+        """The ids of the items that hold ``keys`` now, by key."""
+        params = {"keys": self.dialect.array(keys)}
+        return {r.key: int(r.id) for r in self._rows(ex, "unique_holders", params, HolderRow)}
+
+    def retry(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
+        """Failed items back to ready, attempts reset; return how many. In a unique queue an
+        item whose key another item holds now stays failed (a retry must not make a second
+        item of one key); one that a push took the key from while this ran raises
+        UniqueKeyConflict, with nothing retried."""
+        if not self.spec.options.is_unique:
+            return super().retry(ex, ids)
+        try:
+            with ex.atomic():
+                return super().retry(ex, ids)
+        except Exception as exc:
+            if not is_unique_violation(exc):
+                raise
+            raise UniqueKeyConflict(
+                f"queue {self.spec.table!r}: a push took the unique key of an item this retry "
+                f"was bringing back; nothing was retried, retry again (the item whose key is "
+                f"held then stays failed)"
+            ) from None
+
+    def _holder_gone(self, key: str) -> str:
+        return (
+            f"queue {self.spec.table!r}: an item held unique key {key!r} at each of "
+            f"{HOLDER_TRIES} pushes and was gone each time the push looked for it (items of "
+            f"that key are pushed and finished faster than a push can read them); push again"
+        )
 
     def _push_chunk(
         self, ex: Executor, chunk: list[list[Any]], schedule: dict[str, Any]

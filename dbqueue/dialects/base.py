@@ -93,3 +93,9 @@ class Dialect(ABC):
     def time_result(self, value: Any) -> dt.datetime | None:
         """A meta-table timestamp as fetched, made an aware datetime."""
         return value  # type: ignore[no-any-return]
+
+    @abstractmethod
+    def period_start(self, period_param: str) -> str:
+        """SQL text of the start of the current period of ``period_param`` seconds (a bound
+        parameter), as ISO 8601 UTC text: the suffix of a unique key with a period
+        (:mod:`dbqueue.unique`)."""

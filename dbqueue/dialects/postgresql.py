@@ -58,6 +58,12 @@ class PostgreSQL(Dialect):
     def param(self, name: str) -> str:
         return f"%({name})s"
 
+    def period_start(self, period_param: str) -> str:
+        period = f"{self.param(period_param)}::bigint"
+        start = f"floor(extract(epoch FROM statement_timestamp()) / {period}) * {period}"
+        iso = """'YYYY-MM-DD"T"HH24:MI:SS"Z"'"""
+        return f"to_char(to_timestamp({start}) AT TIME ZONE 'UTC', {iso})"
+
     def time_result(self, value: Any) -> dt.datetime | None:
         # In UTC, whatever the connection's TimeZone (psycopg returns a ZoneInfo of it): the
         # same tzinfo as on SQLite, so a message's times compare and print alike everywhere.

@@ -102,6 +102,12 @@ class SQLite(Dialect):
     def param(self, name: str) -> str:
         return f":{name}"
 
+    def period_start(self, period_param: str) -> str:
+        # The client's clock, as every time on SQLite (:now).
+        period = self.param(period_param)
+        start = f"(CAST(strftime('%s', :now) AS INTEGER) / {period}) * {period}"
+        return f"strftime('%Y-%m-%dT%H:%M:%SZ', {start}, 'unixepoch')"
+
     def column_type(self, f: Field) -> str:
         if f.kind is FieldKind.TEXT and f.max_length is not None:
             return f"varchar({f.max_length})"

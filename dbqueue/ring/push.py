@@ -31,12 +31,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dbqueue.arguments import positive
-from dbqueue.errors import InvalidArgument, QueueFull, shown
+from dbqueue.errors import InvalidArgument, QueueFull, UnsupportedOperation, shown
 from dbqueue.executor import Executor
 from dbqueue.ring.base import RingBase
 from dbqueue.ring.states import BlockedRow, PushOutcome, PushRow
 from dbqueue.rows import NumberRow
-from dbqueue.spec import WhenFull
+from dbqueue.spec import UNIQUE_HINT, WhenFull
+from dbqueue.unique import Pushed
 
 #: Backpressure: the first and the longest sleep between attempts of a push.
 WAIT_FIRST, WAIT_MAX = 0.001, 0.05
@@ -72,17 +73,24 @@ class RingPush(RingBase):
         priority: int = 0,
         delay: dt.timedelta | None = None,
         run_at: dt.datetime | None = None,
-    ) -> int:
+        unique_key: str | None = None,
+    ) -> Pushed:
         """Enqueue one message in the executor's transaction; return its number (its id).
 
         If the ring holds ``capacity`` undelivered messages, ``when_full`` decides: spill (the
         message waits in the overflow; its id there), raise QueueFull at once, or wait up to
-        ``push_timeout`` for a free slot, then raise QueueFull.
+        ``push_timeout`` for a free slot, then raise QueueFull. A ring has no unique items:
+        ``unique_key`` raises UnsupportedOperation.
         """
+        if unique_key is not None:
+            raise UnsupportedOperation(
+                f"queue {self.spec.table!r} is a ring, which has no unique items (push takes no "
+                f"unique_key): {UNIQUE_HINT}"
+            )
         self._fifo_only(priority, delay, run_at)
         ids = self._push_all(ex, [self.codec.encode(payload)])
         self._wake(ex)
-        return ids[0]
+        return Pushed(ids[0])
 
     def push_many(
         self,
@@ -93,7 +101,7 @@ class RingPush(RingBase):
         delay: dt.timedelta | None = None,
         run_at: dt.datetime | None = None,
         batch_size: int | None = None,
-    ) -> list[int]:
+    ) -> list[Pushed]:
         """Enqueue many messages, one statement per batch; return their numbers in input order.
 
         Every row is validated before the first statement runs. The messages of a batch
@@ -114,7 +122,7 @@ class RingPush(RingBase):
                 raise self._full(pushed) from None
         if ids:
             self._wake(ex)
-        return ids
+        return [Pushed(i) for i in ids]
 
     @property
     def _when_full(self) -> WhenFull:

@@ -24,6 +24,7 @@ from importlib import resources
 from dbqueue.dialects.base import Dialect
 from dbqueue.message import State
 from dbqueue.spec import Field, QueueSpec
+from dbqueue.unique import UniqueScope, index_predicate
 
 _HEADER = re.compile(r"^-- ([a-z_]+) --$")
 
@@ -121,6 +122,44 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         ),
         "r_payload": "".join(f"r.c{i}, " for i in range(len(fields))),
         "unnest_source": unnest_source,
+        **unique_context(spec, dialect),
+    }
+
+
+def unique_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
+    """The fragments of unique items (:mod:`dbqueue.unique`): the key a push stores (with its
+    period's start, if the queue has one), the condition of an item holding its key, the
+    condition of a retried item's key being free, and what a lease does to the key (a queue
+    whose scope is "queued" drops it). Neutral text for a queue that is not unique."""
+    options = spec.options
+    if not options.is_unique:
+        return {"release_key": "", "unique_free": "true", "unique_held": "false",
+                "unique_value": "NULL", "unique_value_u": "NULL", "data_name": "NULL",
+                "next_data_id": "NULL"}  # fmt: skip
+    meta = dialect.quote(spec.meta_table)
+    scope = options.unique_scope_mode
+    held = index_predicate(scope)
+    suffix = (
+        f" || '@' || {dialect.period_start('unique_period')}"
+        if options.unique_period is not None
+        else ""
+    )
+    return {
+        "release_key": ", unique_key = NULL" if scope is UniqueScope.QUEUED else "",
+        "unique_free": (
+            f"({meta}.unique_key IS NULL OR NOT EXISTS (SELECT 1 FROM {meta} AS o "
+            f"WHERE o.unique_key = {meta}.unique_key AND o.id <> {meta}.id AND {held}))"
+        ),
+        "unique_held": held,
+        "unique_value": f"{dialect.param('unique_key')}{suffix}",
+        "unique_value_u": f"u.key{suffix}",
+        # The data table's name as text, for pg_get_serial_sequence().
+        "data_name": f"'{dialect.quote(spec.table)}'",
+        # SQLite: the id the data table's next row takes (AUTOINCREMENT: one more than the
+        # largest it ever handed out, which sqlite_sequence keeps).
+        "next_data_id": (
+            "(SELECT COALESCE(MAX(seq), 0) + 1 FROM sqlite_sequence WHERE name = :table)"
+        ),
     }
 
 

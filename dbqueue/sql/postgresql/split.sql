@@ -36,6 +36,61 @@ WITH d AS (
 )
 SELECT id FROM d ORDER BY id;
 
+-- split_push_unique --
+-- A push into a unique queue (dbqueue.unique): the meta row first, its id taken from the data
+-- table's identity sequence, and skipped (ON CONFLICT DO NOTHING) when an item holds the key:
+-- the unique index makes a concurrent pusher of the same key wait for this transaction, then
+-- skip. The data row follows only a meta row written. One row: the id (NULL for a duplicate,
+-- whose holder dbqueue.split reads in a statement of its own, as this one's snapshot may
+-- predate it) and the key as stored.
+WITH k AS (
+    SELECT {unique_value} AS key
+), m AS (
+    INSERT INTO {meta} (id, state, priority, run_at, attempts, unique_key)
+    SELECT nextval(pg_get_serial_sequence({data_name}, 'id')), {state_ready}, %(priority)s,
+           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0, k.key
+    FROM k
+    ON CONFLICT DO NOTHING
+    RETURNING id
+), d AS (
+    INSERT INTO {data} (id, {insert_columns})
+    SELECT m.id, {payload_params}statement_timestamp() FROM m
+    RETURNING id
+)
+SELECT d.id, k.key FROM k LEFT JOIN d ON true;
+
+-- split_push_many_unique --
+-- split_push_unique for a batch: one array per column and one of keys, in input order; a row
+-- whose key an item holds, or an earlier row of the batch took, is skipped. One row per input
+-- row, in input order: its id (NULL when skipped) and key.
+WITH r AS (
+    SELECT s.*, nextval(pg_get_serial_sequence({data_name}, 'id')) AS id
+    FROM (
+        SELECT r.*, {unique_value_u} AS key
+        FROM {unnest_source}
+        JOIN unnest(%(keys)s::text[]) WITH ORDINALITY AS u(key, ord) ON u.ord = r.ord
+        ORDER BY r.ord
+    ) AS s
+), m AS (
+    INSERT INTO {meta} (id, state, priority, run_at, attempts, unique_key)
+    SELECT r.id, {state_ready}, %(priority)s,
+           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0, r.key
+    FROM r ORDER BY r.ord
+    ON CONFLICT DO NOTHING
+    RETURNING id
+), d AS (
+    INSERT INTO {data} (id, {insert_columns})
+    SELECT r.id, {r_payload}statement_timestamp() FROM r JOIN m ON m.id = r.id
+    ORDER BY r.ord
+    RETURNING id
+)
+SELECT d.id, r.key FROM r LEFT JOIN d ON d.id = r.id ORDER BY r.ord;
+
+-- split_unique_holders --
+-- The items that hold these keys now (a duplicate push returns them).
+SELECT id, unique_key FROM {meta}
+WHERE unique_key = ANY(%(keys)s::text[]) AND {unique_held};
+
 -- _picked --
 -- A fragment of every pop: the due items in delivery order, locked, skipping rows other
 -- poppers hold. LIMIT ... FOR UPDATE SKIP LOCKED sits in its own CTE: inside IN (...) the
@@ -54,7 +109,7 @@ picked AS (
 m AS (
     UPDATE {meta} AS m
     SET state = {state_leased}, attempts = m.attempts + 1,
-        lease_until = statement_timestamp() + %(lease)s::interval
+        lease_until = statement_timestamp() + %(lease)s::interval{release_key}
     FROM picked
     WHERE m.id = picked.id AND {_relaxed}
     RETURNING m.id, m.attempts, m.priority, m.run_at, m.lease_until
@@ -281,9 +336,11 @@ LEFT JOIN {meta} AS m
 WHERE m.id IS NULL;
 
 -- split_retry --
+-- In a unique queue, an item whose key another item holds now stays failed ({unique_free}):
+-- a retry must not make a second item of one key.
 UPDATE {meta}
 SET state = {state_ready}, attempts = 0, run_at = statement_timestamp(), lease_until = NULL
-WHERE id = ANY(%(ids)b::bigint[]) AND state = {state_failed}
+WHERE id = ANY(%(ids)b::bigint[]) AND state = {state_failed} AND {unique_free}
 RETURNING id;
 
 -- split_set_priority --

@@ -22,6 +22,23 @@ INSERT INTO {meta} (id, state, priority, run_at, attempts)
 VALUES (last_insert_rowid(), {state_ready}, :priority, :run_at, 0)
 RETURNING id;
 
+-- split_push_unique --
+-- See postgresql/split.sql. The first INSERT makes this connection SQLite's one writer. The
+-- meta row first, unless an item holds the key (INSERT OR IGNORE), with the next id of the
+-- data table's AUTOINCREMENT (sqlite_sequence, the largest id it ever handed out); the data row
+-- only if the meta row was written (changes()). One row: the id (NULL for a duplicate) and the
+-- key as stored.
+INSERT OR IGNORE INTO {meta} (id, state, priority, run_at, attempts, unique_key)
+VALUES ({next_data_id}, {state_ready}, :priority, :run_at, 0, {unique_value});
+INSERT INTO {data} (id, {insert_columns})
+SELECT {next_data_id}, {payload_params}:now WHERE changes() = 1;
+SELECT CASE WHEN changes() = 1 THEN (SELECT seq FROM sqlite_sequence WHERE name = :table) END AS id,
+       {unique_value} AS key;
+
+-- split_unique_holders --
+SELECT id, unique_key FROM {meta}
+WHERE unique_key IN (SELECT value FROM json_each(:keys)) AND {unique_held};
+
 -- _picked --
 -- A fragment of every pop: the due items in delivery order (SQLite has one writer: nothing to
 -- skip).
@@ -34,7 +51,7 @@ LIMIT :n
 -- Correlated subqueries in RETURNING read the payload by primary key in the same statement
 -- (RETURNING cannot see a table alias, hence the table's own name in them).
 UPDATE {meta}
-SET state = {state_leased}, attempts = attempts + 1, lease_until = :lease_until
+SET state = {state_leased}, attempts = attempts + 1, lease_until = :lease_until{release_key}
 WHERE id IN ({_picked})
 RETURNING id, attempts, priority, run_at, lease_until,
           (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id),
@@ -162,7 +179,7 @@ WHERE NOT EXISTS (
 -- split_retry --
 UPDATE {meta}
 SET state = {state_ready}, attempts = 0, run_at = :now, lease_until = NULL
-WHERE id IN (SELECT value FROM json_each(:ids)) AND state = {state_failed}
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = {state_failed} AND {unique_free}
 RETURNING id;
 
 -- split_set_priority --
