@@ -100,14 +100,17 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     q = dialect.quote
     fields = spec.fields
     params = [dialect.payload_param(f"p{i}", f) for i, f in enumerate(fields)]
+    keys = f"{dialect.array_param('keys')}::text[]"
     if not dialect.supports_array_params:
-        unnest_source = ""
+        unnest_source = keyed_source = ""
     elif fields:
         arrays = ", ".join(payload_arrays(dialect, fields))
         names = ", ".join(f"c{i}" for i in range(len(fields)))
         unnest_source = f"unnest({arrays}) WITH ORDINALITY AS r({names}, ord)"
+        keyed_source = f"unnest({arrays}, {keys}) WITH ORDINALITY AS r({names}, key, ord)"
     else:
         unnest_source = f"generate_series(1, {dialect.param('count')}) WITH ORDINALITY AS r(x, ord)"
+        keyed_source = f"unnest({keys}) WITH ORDINALITY AS r(key, ord)"
     data, meta = q(spec.table), q(spec.meta_table)
     return {
         **{f"state_{state.name.lower()}": str(int(state)) for state in State},
@@ -122,6 +125,8 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         ),
         "r_payload": "".join(f"r.c{i}, " for i in range(len(fields))),
         "unnest_source": unnest_source,
+        # unnest_source with the rows' unique keys as column `key` (dbqueue.unique).
+        "keyed_source": keyed_source,
         **unique_context(spec, dialect),
     }
 
@@ -134,7 +139,7 @@ def unique_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     options = spec.options
     if not options.is_unique:
         return {"release_key": "", "unique_free": "true", "unique_held": "false",
-                "unique_value": "NULL", "unique_value_u": "NULL", "data_name": "NULL",
+                "unique_value": "NULL", "unique_value_r": "NULL", "data_name": "NULL",
                 "next_data_id": "NULL"}  # fmt: skip
     meta = dialect.quote(spec.meta_table)
     scope = options.unique_scope_mode
@@ -152,7 +157,7 @@ def unique_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         ),
         "unique_held": held,
         "unique_value": f"{dialect.param('unique_key')}{suffix}",
-        "unique_value_u": f"u.key{suffix}",
+        "unique_value_r": f"r.key{suffix}",
         # The data table's name as text, for pg_get_serial_sequence().
         "data_name": f"'{dialect.quote(spec.table)}'",
         # SQLite: the id the data table's next row takes (AUTOINCREMENT: one more than the

@@ -47,7 +47,7 @@ WITH k AS (
     SELECT {unique_value} AS key
 ), m AS (
     INSERT INTO {meta} (id, state, priority, run_at, attempts, unique_key)
-    SELECT nextval(pg_get_serial_sequence({data_name}, 'id')), {state_ready}, %(priority)s,
+    SELECT nextval((SELECT pg_get_serial_sequence({data_name}, 'id'))::regclass), {state_ready}, %(priority)s,
            COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0, k.key
     FROM k
     ON CONFLICT DO NOTHING
@@ -62,29 +62,29 @@ SELECT d.id, k.key FROM k LEFT JOIN d ON true;
 -- split_push_many_unique --
 -- split_push_unique for a batch: one array per column and one of keys, in input order; a row
 -- whose key an item holds, or an earlier row of the batch took, is skipped. One row per input
--- row, in input order: its id (NULL when skipped) and key.
+-- row, in input order: its id (NULL when skipped) and key. No join between the CTEs: the
+-- planner's guess of a join's rows multiplies, and at its guess of millions PostgreSQL's JIT
+-- compiled the statement for a second per batch of 1,000 (IN keeps every guess at the batch's).
 WITH r AS (
-    SELECT s.*, nextval(pg_get_serial_sequence({data_name}, 'id')) AS id
+    SELECT s.*, nextval((SELECT pg_get_serial_sequence({data_name}, 'id'))::regclass) AS id
     FROM (
-        SELECT r.*, {unique_value_u} AS key
-        FROM {unnest_source}
-        JOIN unnest(%(keys)s::text[]) WITH ORDINALITY AS u(key, ord) ON u.ord = r.ord
-        ORDER BY r.ord
+        SELECT r.*, {unique_value_r} AS stored_key FROM {keyed_source} ORDER BY r.ord
     ) AS s
 ), m AS (
     INSERT INTO {meta} (id, state, priority, run_at, attempts, unique_key)
     SELECT r.id, {state_ready}, %(priority)s,
-           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0, r.key
+           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0,
+           r.stored_key
     FROM r ORDER BY r.ord
     ON CONFLICT DO NOTHING
     RETURNING id
 ), d AS (
     INSERT INTO {data} (id, {insert_columns})
-    SELECT r.id, {r_payload}statement_timestamp() FROM r JOIN m ON m.id = r.id
+    SELECT r.id, {r_payload}statement_timestamp() FROM r WHERE r.id IN (SELECT id FROM m)
     ORDER BY r.ord
     RETURNING id
 )
-SELECT d.id, r.key FROM r LEFT JOIN d ON d.id = r.id ORDER BY r.ord;
+SELECT CASE WHEN r.id IN (SELECT id FROM d) THEN r.id END, r.stored_key FROM r ORDER BY r.ord;
 
 -- split_unique_holders --
 -- The items that hold these keys now (a duplicate push returns them).
