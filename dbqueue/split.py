@@ -321,9 +321,8 @@ class SplitQueue(Layout):
         """Failed items back to ready, attempts reset; return how many. In a unique queue an
         item whose key another item holds now stays failed (a retry must not make a second
         item of one key); one that a push took the key from while this ran raises
-        UniqueKeyConflict, with nothing retried."""
-        if not self.spec.options.is_unique:
-            return super().retry(ex, ids)
+        UniqueKeyConflict, with nothing retried. (So does any key conflict of a queue whose
+        spec does not say it is unique, as one found in the database by the command line.)"""
         try:
             with ex.atomic():
                 return super().retry(ex, ids)

@@ -25,6 +25,7 @@ from dbqueue import (
     RingQueue,
     SplitQueue,
     State,
+    UniqueKeyConflict,
     UniqueScope,
     UnsupportedOperation,
     get_dialect,
@@ -361,3 +362,19 @@ def test_pushers_of_one_key_in_open_transactions_make_one_item(
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
+
+
+def test_a_retry_through_a_spec_that_does_not_know_the_key_raises_a_clear_error(bed: Bed) -> None:
+    """The command line may find a unique queue in the database without its declaration: a
+    retry that would make a second item of a key is refused with UniqueKeyConflict, nothing
+    retried, and the connection stays usable."""
+    q, ex = bed.queue(unique=("order_id",), max_attempts=1)
+    first = q.push(ex, {"order_id": 1})
+    (job,) = q.pop_batch(ex, 1)
+    q.fail(ex, job, "boom")
+    holder = q.push(ex, {"order_id": 1})
+    found = SplitQueue(QueueSpec(q.spec.table, FIELDS), q.dialect)  # no unique options
+    with pytest.raises(UniqueKeyConflict, match="nothing was retried"):
+        found.retry(ex, [first])
+    assert keys(ex, q)[first][0] is State.FAILED
+    assert q.push(ex, {"order_id": 1}) == holder
