@@ -378,3 +378,39 @@ def test_a_retry_through_a_spec_that_does_not_know_the_key_raises_a_clear_error(
         found.retry(ex, [first])
     assert keys(ex, q)[first][0] is State.FAILED
     assert q.push(ex, {"order_id": 1}) == holder
+
+
+@pytest.mark.sqlite
+def test_pushers_of_one_key_on_sqlite_make_one_item(sqlite_path: str) -> None:
+    """SQLite's one writer at a time: pushers of one key on connections of their own, each in
+    a transaction of its own, make one item, and every push returns it."""
+    from dbqueue.drivers.sqlite import connect
+
+    dialect = get_dialect("sqlite")
+    spec = QueueSpec("jobs", FIELDS, QueueOptions(unique=("order_id",)))
+    q = SplitQueue(spec, dialect)
+    setup = executor_for(dialect, connect(sqlite_path))
+    for statement in create_statements(spec, dialect):
+        setup.execute(statement, {})
+    results: list[Pushed] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4, timeout=30)
+
+    def push() -> None:
+        try:
+            ex = executor_for(dialect, connect(sqlite_path))
+            start.wait()
+            with ex.atomic():
+                results.append(q.push(ex, {"order_id": 7}))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=push) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert len(results) == 4 and len(set(results)) == 1
+    assert sum(not r.duplicate for r in results) == 1
+    assert setup.execute('SELECT count(*) FROM "jobs"', {})[0][0] == 1
