@@ -47,6 +47,8 @@ def fragments(dialect: str, file: str) -> dict[str, str]:
     return {k: "\n".join(v) for k, v in _blocks(dialect, file).items() if k.startswith("_")}
 
 
+#: What the names of the statements of unique queues only have (dbqueue.unique).
+UNIQUE_STATEMENT = "unique"
 #: The file whose fragments the statements of every layout of a dialect may use.
 COMMON = "common"
 
@@ -249,7 +251,10 @@ def render(
     shared = fragments(dialect.name, COMMON)
     for name, text in {**shared, **fragments(dialect.name, file)}.items():
         context[name] = text.format(**context)
+    unique = spec.options.is_unique
     return {
         name: Statement(name, tuple(part.format(**context) for part in parts))
         for name, parts in load(dialect.name, file).items()
+        # A queue without unique items has no unique_key column for those to name.
+        if unique or UNIQUE_STATEMENT not in name
     }

@@ -18,7 +18,7 @@ from dbqueue.codec import Codec
 from dbqueue.dialects import DIALECTS, PostgreSQL, SQLite
 from dbqueue.errors import InvalidSpec
 from dbqueue.schema import create_statements
-from dbqueue.spec import Field, FieldKind, QueueSpec
+from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
 from dbqueue.sql import load, render
 
 K = FieldKind
@@ -49,8 +49,11 @@ PG_PARAM = re.compile(r"%\((\w+)\)[sb]")
 SQLITE_PARAM = re.compile(r"(?<![:\w]):([a-z_]\w*)")
 
 
-def sample_spec(table: str = "sample_q") -> QueueSpec:
-    return QueueSpec(table, SAMPLE_FIELDS)
+def sample_spec(table: str = "sample_q", *, unique: bool = False) -> QueueSpec:
+    """The sample queue; ``unique``: with unique items (keys of all three scopes' statements
+    are the same but for their predicate: one scope is enough to check they are valid)."""
+    options = QueueOptions(unique_scope="unfinished") if unique else QueueOptions()
+    return QueueSpec(table, SAMPLE_FIELDS, options)
 
 
 def all_parts(spec: QueueSpec, dialect: Any, layout: str = "split") -> Iterator[tuple[str, str]]:
@@ -81,7 +84,9 @@ def test_every_dialect_defines_the_same_statements(layout: str) -> None:
     names = {d: set(load(d, layout)) for d in DIALECTS}
     # Except what needs writable CTEs, which the core composes from other statements.
     ack_pops = {f"{layout}_ack_pop", f"{layout}_ack_pop_done"}
-    assert names["postgresql"] - ack_pops - compaction(layout) == names["sqlite"]
+    # SQLite has no array parameters: the core pushes a unique batch row by row.
+    arrays = {"split_push_many_unique"}
+    assert names["postgresql"] - ack_pops - arrays - compaction(layout) == names["sqlite"]
     assert len(names["postgresql"]) >= 12
     for name in names["postgresql"]:
         assert name.startswith(f"{layout}_")
@@ -95,11 +100,13 @@ def test_the_split_layout_has_every_operation_the_queue_runs() -> None:
                 "split_notify", "split_release",
                 "split_set_priority", "split_pushed",
                 "split_cancel", "split_cancel_requested", "split_states", "split_ack_cancelling",
+                "split_push_unique", "split_unique_holders",
                 # keep_done's replacements of split_ack, split_pop_remove (KEEP_DONE_OPERATIONS)
                 "split_ack_done", "split_pop_done"}  # fmt: skip
     # split_ack_pop needs writable CTEs (PostgreSQL); elsewhere the core runs ack + pop in one
     # transaction instead.
-    postgresql_only = {"split_ack_pop", "split_ack_pop_done"} | compaction("split")
+    postgresql_only = {"split_ack_pop", "split_ack_pop_done", "split_push_many_unique"}
+    postgresql_only |= compaction("split")
     assert set(load("postgresql", "split")) == expected | postgresql_only
     assert set(load("sqlite", "split")) == expected
 
@@ -227,8 +234,10 @@ def test_sqlite_blocks_return_rows_from_at_most_one_statement() -> None:
 
 @pytest.fixture
 def sqlite_tables(tmp_path: Any) -> Iterator[sqlite3.Connection]:
+    """The sample queue's tables, with the unique items' column and index (which every
+    statement of the plain queue ignores)."""
     conn = sqlite3.connect(str(tmp_path / "sql.sqlite3"), isolation_level=None)
-    for statement in create_statements(sample_spec(), SQLite()):
+    for statement in create_statements(sample_spec(unique=True), SQLite()):
         conn.execute(statement)
     yield conn
     conn.close()
@@ -243,13 +252,15 @@ def _sqlite_values() -> dict[str, Any]:
         "strict": 1, "max_attempts": 3, "error": "e", "state": None, "channel": "dbqueue_q",
         "tokens": '[[1, 1, "2026-01-01 00:00:00.000000", "e"]]', "ids": "[1]", "due": 1,
         "before": now, "in_slots": 1, "slot_state": None, "table": "q", "id": 1,
+        "unique_key": "k", "keys": '["k"]',
     }  # fmt: skip
 
 
 @pytest.mark.sqlite
 def test_every_sqlite_statement_compiles(sqlite_tables: sqlite3.Connection) -> None:
     values = _sqlite_values()
-    for name, part in all_parts(sample_spec(), SQLite()):
+    parts = [*all_parts(sample_spec(), SQLite()), *all_parts(sample_spec(unique=True), SQLite())]
+    for name, part in parts:
         params = {p: values[p] for p in SQLITE_PARAM.findall(part)}
         try:
             sqlite_tables.execute("EXPLAIN " + part, params).fetchall()
@@ -294,12 +305,15 @@ def _pg_values() -> dict[str, Any]:
         "max_attempts": 3, "lock_key": 42, "error": "e", "state": None, "channel": "dbqueue_q",
         "commit": "off", "lock_timeout": "20ms", "compact_key": 43, "due": True,
         "older_than": second, "in_slots": True, "slot_state": None, "table": "q", "id": 1,
+        "unique_key": "k", "keys": ["k"],
     }  # fmt: skip
 
 
-@pytest.fixture
-def pg_tables(pg_conn: psycopg.Connection, table_name: str) -> Iterator[QueueSpec]:
-    spec = sample_spec(table_name)
+@pytest.fixture(params=[False, True], ids=["plain", "unique"])
+def pg_tables(
+    request: pytest.FixtureRequest, pg_conn: psycopg.Connection, table_name: str
+) -> Iterator[QueueSpec]:
+    spec = sample_spec(table_name, unique=request.param)
     for statement in create_statements(spec, PostgreSQL()):
         pg_conn.execute(statement)
     yield spec
