@@ -19,16 +19,29 @@ from django.utils import timezone
 from dbqueue.errors import InvalidArgument
 from dbqueue.message import State
 from dbqueue.spec import index_name
+from dbqueue.unique import UNIQUE_KEY_COLUMN, UniqueScope
 from dbqueue_django.generated import bind_to_module
 from dbqueue_django.orm import QueueManager, RingManager, push_instance
 from dbqueue_django.queue import DjangoQueue, QueueDescriptor
 from dbqueue_django.ring_model import RING_BASE_FIELDS, SLOT_STATES, RingQueueModelBase
 from dbqueue_django.ring_queue import RingDjangoQueue
 from dbqueue_django.schedule_rows import QueueSchedule  # noqa: F401 - registered with this app
-from dbqueue_django.spec import BASE_FIELDS
+from dbqueue_django.spec import BASE_FIELDS, unique_scope_of
 from dbqueue_django.worker_rows import QueueWorker  # noqa: F401 - registered with this app
 
 STATE_CHOICES = [(s.value, s.name.lower()) for s in State]
+
+
+def unique_constraint(table: str, scope: UniqueScope) -> models.UniqueConstraint:
+    """The partial unique index on a unique queue's keys, over its scope's states: the core's
+    (``dbqueue.schema.unique_index_statement``), so that ``makemigrations`` writes it."""
+    # Positional, in the core predicate's order: Q(**kwargs) would sort the conditions.
+    held: list[Any] = [("unique_key__isnull", False)]
+    if scope is not UniqueScope.STORED:
+        held.append(("state__in", [int(s) for s in scope.states]))
+    return models.UniqueConstraint(
+        fields=[UNIQUE_KEY_COLUMN], condition=models.Q(*held), name=index_name(table, "unique")
+    )
 
 
 def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
@@ -40,9 +53,13 @@ def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
     querysets) the join, ``Model.objects.filter(queue_meta__state=...)``, and its
     ``on_delete=CASCADE`` makes every ORM delete of items (instance, queryset, a cascade from
     another model) delete their meta rows too (see dbqueue_django.orm).
+
+    A unique queue's (``QueueOptions.unique``, ``unique_scope``, ``unique_period``) also has
+    the ``unique_key`` column and its partial unique index (:func:`unique_constraint`).
     """
     opts = data_model._meta
     table = opts.db_table
+    scope = unique_scope_of(data_model)
 
     class Meta:
         apps = opts.apps  # the data model's registry (isolated test apps, historical models)
@@ -61,6 +78,8 @@ def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
                 condition=models.Q(state=int(State.LEASED)),
             ),
         ]
+        if scope is not None:
+            constraints = [unique_constraint(table, scope)]
 
     attrs = {
         "__module__": data_model.__module__,
@@ -81,6 +100,8 @@ def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
         "lease_until": models.DateTimeField(null=True, blank=True),
         "__str__": lambda self: f"{self.item_id} ({State(self.state).name.lower()})",
     }
+    if scope is not None:
+        attrs[UNIQUE_KEY_COLUMN] = models.TextField(null=True, blank=True, editable=False)
     return bind_to_module(type(f"{data_model.__name__}QueueMeta", (models.Model,), attrs))
 
 
@@ -116,8 +137,11 @@ class QueueModel(BaseQueueModel, metaclass=QueueModelBase):
     """Subclass this to declare a queue: the fields are the payload.
 
     ``class QueueOptions`` inside the model sets ``max_attempts``, ``lease``, ``backoff``,
-    ``max_payload_bytes``, ``push_many_batch``, ``rescue_batch``, ``keep_done`` (all
-    optional; ``keep_done = True`` keeps processed items as done instead of deleting them).
+    ``max_payload_bytes``, ``push_many_batch``, ``rescue_batch``, ``keep_done``, ``unique``,
+    ``unique_scope``, ``unique_period`` (all optional; ``keep_done = True`` keeps processed
+    items as done instead of deleting them; ``unique = ("order",)`` makes a push of an order
+    already queued return the item that holds it, see :mod:`dbqueue.unique`: fields by name,
+    a ForeignKey's too).
     """
 
     id = models.BigAutoField(primary_key=True)

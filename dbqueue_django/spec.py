@@ -15,6 +15,7 @@ from django.db import models
 from dbqueue.errors import InvalidSpec
 from dbqueue.schema import SPLIT_BASE_COLUMNS
 from dbqueue.spec import NO_DEFAULT, Field, FieldKind, QueueOptions, QueueSpec, options_from
+from dbqueue.unique import UNIQUE_KEY_COLUMN, UniqueScope
 
 #: Django's internal field types and the kinds they store.
 KINDS: dict[str, FieldKind] = {
@@ -87,9 +88,13 @@ def to_field(f: models.Field[Any, Any]) -> Field:
 
 def options_of(model: type[models.Model]) -> QueueOptions:
     """QueueOptions from the model's inner ``class QueueOptions``: every attribute optional,
-    except ``capacity`` for a ring queue; the ring's options are refused on a split queue."""
+    except ``capacity`` for a ring queue; the ring's options are refused on a split queue.
+    ``unique`` names model fields (a ForeignKey by its name or attname), given to the core as
+    their columns."""
     declared = getattr(model, "QueueOptions", None)
     values = {k: v for k, v in vars(declared).items() if not k.startswith("_")} if declared else {}
+    if "unique" in values and not is_ring(model):  # a ring's options_from refuses it
+        values["unique"] = unique_columns(model, values["unique"])
     return options_from(
         values,
         label=f"{model._meta.label}.QueueOptions",
@@ -98,6 +103,44 @@ def options_of(model: type[models.Model]) -> QueueOptions:
         ring_hint="subclass dbqueue_django.models.RingQueueModel for a bounded ring of "
         "preallocated slots, or remove it from this QueueModel",
     )
+
+
+def unique_columns(model: type[models.Model], declared: Any) -> Any:
+    """The columns of the payload fields ``QueueOptions.unique`` names (``order`` ->
+    ``order_id``), or InvalidSpec naming the model for a name that is not one. Anything but a
+    name or a sequence of names is left for the core to refuse."""
+    names = (declared,) if isinstance(declared, str) else declared
+    if not isinstance(names, tuple | list):
+        return declared
+    columns: dict[str, str] = {}
+    for f in payload_fields(model):
+        columns[f.name] = columns[str(f.attname)] = str(f.column)
+    unknown = [n for n in names if isinstance(n, str) and n not in columns]
+    if unknown:
+        raise InvalidSpec(
+            f"{model._meta.label}.QueueOptions: unique names {', '.join(map(repr, unknown))}, "
+            f"not a payload field of {model.__name__}; its fields: "
+            f"{', '.join(f.name for f in payload_fields(model)) or '(none)'}"
+        )
+    return tuple(columns.get(n, n) if isinstance(n, str) else n for n in names)
+
+
+def unique_scope_of(model: type[models.Model]) -> UniqueScope | None:
+    """The scope of a split queue model's unique keys, or None when it has none or its options
+    are invalid (the system check reports them; the model and its meta model must still be
+    created)."""
+    try:
+        options = options_of(model)
+    except InvalidSpec:
+        return None
+    return options.unique_scope_mode if options.is_unique else None
+
+
+def has_unique_keys(model: type[models.Model]) -> bool:
+    """Whether a split queue model's meta model has the ``unique_key`` column (it is made
+    with one for a valid unique declaration, see :func:`unique_scope_of`)."""
+    meta: Any = getattr(model, "queue_meta_model", None)
+    return meta is not None and any(f.name == UNIQUE_KEY_COLUMN for f in meta._meta.fields)
 
 
 def spec_for_model(model: type[models.Model]) -> QueueSpec:

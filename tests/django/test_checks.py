@@ -254,5 +254,8 @@ def test_a_queue_model_routed_to_an_unsupported_database_is_e002() -> None:
     finally:
         del connections["legacy"]
     assert {e.id for e in errors} == {"dbqueue.E002"}
-    assert sorted(e.obj.__name__ for e in errors) == ["Job", "KeptJob", "Ping", "RingJob", "Tick"]
+    assert sorted(e.obj.__name__ for e in errors) == [
+        "Job", "KeptJob", "Ping", "QueuedUniqueJob", "RingJob", "StoredUniqueJob", "Tick",
+        "UniqueJob",
+    ]  # fmt: skip
     assert all("'legacy'" in e.msg and "router" in (e.hint or "") for e in errors)

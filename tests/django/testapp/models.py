@@ -1,5 +1,5 @@
 """Queue models for the tests: one with a field of every supported kind (and its twin that
-keeps done items), one minimal, and a ring queue."""
+keeps done items), one minimal, a ring queue, and a unique queue of each scope."""
 
 from datetime import timedelta
 
@@ -80,3 +80,38 @@ class Tick(RingQueueModel):
         max_attempts = 2
         lease = timedelta(seconds=5)  # the worker's sweeper runs once per lease time
         backoff = Backoff(base=timedelta(0), cap=timedelta(0))  # a retry is due at once
+
+
+class UniqueJob(QueueModel):
+    """A unique queue (issue 22 §2): one unfinished item per account and kind; a push may
+    give a key of its own instead."""
+
+    account = models.CharField(max_length=50)
+    kind = models.CharField(max_length=20, default="sync")
+    note = models.TextField(default="")
+
+    class QueueOptions:
+        unique = ("account", "kind")
+        max_attempts = 2
+        backoff = Backoff(base=timedelta(0), cap=timedelta(0))  # a retry is due at once
+
+
+class QueuedUniqueJob(QueueModel):
+    """A unique queue whose items hold their key only while they wait (scope "queued")."""
+
+    tag = models.CharField(max_length=50)
+
+    class QueueOptions:
+        unique = ("tag",)
+        unique_scope = "queued"
+
+
+class StoredUniqueJob(QueueModel):
+    """A unique queue that deduplicates only pushes with a key of their own, for as long as
+    an item is stored (scope "stored"), kept done items included."""
+
+    tag = models.CharField(max_length=50)
+
+    class QueueOptions:
+        unique_scope = "stored"
+        keep_done = True
