@@ -9,7 +9,9 @@ So, on both kinds of queue:
 * ``Model(...).save()``, ``objects.create()`` and ``bulk_create()`` push, in the current
   transaction, with the same validation as ``Model.queue.push`` / ``push_many`` (no
   ``pre_save``/``post_save`` signals: a push is not a model save). A new instance with an id
-  of its own is refused: a message's id is its push's.
+  of its own is refused: a message's id is its push's. In a unique queue, an instance whose
+  key an item holds comes back as that item (its id and stored values), since nothing was
+  written; ``Model.queue.push`` says which pushes were duplicates.
 * ``instance.delete()`` and ``queryset.delete()`` delete whole messages. On a split queue the
   meta row goes with its data row through the relation's ``on_delete=CASCADE`` (so cascades
   from other models do the same); on a ring they go through ``Model.queue.delete``.
@@ -49,19 +51,38 @@ def push_instance(obj: models.Model, using: str | None) -> None:
     model: Any = type(obj)
     refuse_own_id(model, obj.pk)
     alias = using or router.db_for_write(model, instance=obj)
-    mark_pushed(obj, model.queue.using(alias).push(**payload_of(obj)), alias)
+    mark_pushed([obj], [model.queue.using(alias).push(**payload_of(obj))], alias)
 
 
-def mark_pushed(obj: Any, number: int, alias: str) -> None:
-    """Make a pushed instance look saved: its id (a ring's: the number, in its slot), its
-    database."""
-    if getattr(type(obj), "queue_layout", "split") == "ring":
-        obj.seq, obj.state = number, int(SlotState.READY)
-        obj.slot = number % type(obj).queue.spec.options.capacity
-    else:
-        obj.pk = number
-    obj._state.adding = False
-    obj._state.db = alias
+def mark_pushed(objs: list[Any], numbers: list[int], alias: str) -> None:
+    """Make pushed instances look saved: their ids (a ring's: the number, in its slot), their
+    database. An instance whose push found its unique key held (a duplicate: nothing was
+    written) becomes the item that holds it: its id and its stored values."""
+    for obj, number in zip(objs, numbers, strict=True):
+        if getattr(type(obj), "queue_layout", "split") == "ring":
+            obj.seq, obj.state = number, int(SlotState.READY)
+            obj.slot = number % type(obj).queue.spec.options.capacity
+        else:
+            obj.pk = int(number)  # a Pushed is an int: the instance keeps a plain one
+        obj._state.adding = False
+        obj._state.db = alias
+    duplicates = [o for o, n in zip(objs, numbers, strict=True) if getattr(n, "duplicate", False)]
+    if duplicates:
+        load_holders(duplicates, alias)
+
+
+def load_holders(objs: list[Any], alias: str) -> None:
+    """Give each instance the stored values of the item it is (its holder's), in one query.
+    One that is gone already (finished and deleted by a worker since the push) keeps the
+    values it was pushed with."""
+    model = type(objs[0])
+    holders = model._base_manager.using(alias).in_bulk({obj.pk for obj in objs})
+    fields = [str(f.attname) for f in model._meta.concrete_fields]
+    for obj in objs:
+        holder = holders.get(obj.pk)
+        if holder is not None:
+            for name in fields:
+                setattr(obj, name, getattr(holder, name))
 
 
 class QueueQuerySet[M: models.Model](models.QuerySet[M]):
@@ -77,7 +98,8 @@ class QueueQuerySet[M: models.Model](models.QuerySet[M]):
         **kwargs: Any,
     ) -> list[M]:
         """Push the instances (``Model.queue.push_many``: all validated first, nothing written
-        if any is invalid) and set their ids."""
+        if any is invalid) and set their ids. In a unique queue an instance whose key an item
+        holds (or an earlier instance took) becomes that item (see :func:`mark_pushed`)."""
         model: Any = self.model
         if ignore_conflicts or update_conflicts:
             raise InvalidArgument(
@@ -91,8 +113,7 @@ class QueueQuerySet[M: models.Model](models.QuerySet[M]):
         ids = model.queue.using(alias).push_many(
             [payload_of(obj) for obj in objs], batch_size=batch_size
         )
-        for obj, number in zip(objs, ids, strict=True):
-            mark_pushed(obj, number, alias)
+        mark_pushed(objs, list(ids), alias)
         return objs
 
 

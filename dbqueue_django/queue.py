@@ -16,9 +16,10 @@ from django.db import models, router
 from dbqueue.front import AnyQueue, FrontQueue, shared_core
 from dbqueue.message import State
 from dbqueue.spec import QueueSpec
+from dbqueue.unique import UNIQUE_KEY_COLUMN
 from dbqueue_django.async_twins import async_twin, refuse_async_context
 from dbqueue_django.executor import DjangoExecutor
-from dbqueue_django.spec import payload_fields, spec_for_model
+from dbqueue_django.spec import has_unique_keys, payload_fields, spec_for_model
 
 
 class DjangoQueue[M: models.Model](FrontQueue[M]):
@@ -131,16 +132,19 @@ class DjangoQueue[M: models.Model](FrontQueue[M]):
     # -- querysets ----------------------------------------------------------------------------
 
     def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:
-        """The data rows, annotated with their meta columns, optionally of one state."""
+        """The data rows, annotated with their meta columns (a unique queue's ``unique_key``
+        too), optionally of one state."""
         # queue_meta is the reverse one-to-one of the generated meta model: the type checker
         # cannot see a relation added at class creation, hence Any.
         manager: Any = self.model._default_manager
+        unique = [UNIQUE_KEY_COLUMN] if has_unique_keys(self.model) else []
         qs = manager.using(self.alias).annotate(
             state=models.F("queue_meta__state"),
             attempts=models.F("queue_meta__attempts"),
             priority=models.F("queue_meta__priority"),
             run_at=models.F("queue_meta__run_at"),
             lease_until=models.F("queue_meta__lease_until"),
+            **{name: models.F(f"queue_meta__{name}") for name in unique},
         )
         if state is not None:
             qs = qs.filter(queue_meta__state=int(State.parse(state)))

@@ -1,17 +1,24 @@
 """Unique items (issue 22 §2) through the Django front: the declaration (fields by name, a
-ForeignKey's by its name or attname) and the meta model it makes. What ``makemigrations``
-writes is in test_unique_migrations.py."""
+ForeignKey's by its name or attname), pushes with declared fields and with keys of their own,
+each scope, ``push_many``, the ORM's ``create()``/``save()``/``bulk_create()``, the async
+twin, and pushers of one key racing in open transactions on PostgreSQL. What
+``makemigrations`` writes is in test_unique_migrations.py."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
+from asgiref.sync import async_to_sync
 from django.apps.registry import Apps
-from django.db import models
+from django.db import connections, models, transaction
 
-from dbqueue.errors import InvalidSpec
-from dbqueue.unique import UniqueScope
+from dbqueue.errors import InvalidArgument, InvalidSpec
+from dbqueue.message import State
+from dbqueue.unique import Pushed, UniqueScope
 from dbqueue_django.models import QueueModel, TaskRun
 from dbqueue_django.queue import DjangoQueue
 from dbqueue_django.spec import has_unique_keys, spec_for_model
@@ -71,3 +78,200 @@ def test_an_unknown_name_is_an_error_that_names_the_model() -> None:
     assert not has_unique_keys(model)
     with pytest.raises(InvalidSpec, match=r"testapp\.Refund\.QueueOptions: unique names 'amount'"):
         spec_for_model(model)
+
+
+# -- pushes -------------------------------------------------------------------------------
+
+
+def test_a_push_of_the_same_fields_returns_the_item_already_there(
+    queue: DjangoQueue[UniqueJob],
+) -> None:
+    first = queue.push(account="acme", note="first")
+    again = queue.push(account="acme", note="second")
+    other = queue.push(account="acme", kind="bill")
+    assert isinstance(first, Pushed) and not first.duplicate
+    assert again == first and again.duplicate
+    assert other != first and not other.duplicate
+    assert queue.count() == 2
+    (item,) = queue.items().filter(pk=first)
+    assert item.note == "first"
+    assert item.unique_key == '{"account":"acme","kind":"sync"}'
+
+
+def test_a_key_of_its_own_replaces_the_fields(queue: DjangoQueue[UniqueJob]) -> None:
+    first = queue.push(account="acme", unique_key="nightly")
+    again = queue.push(account="other", unique_key="nightly")
+    assert again == first and again.duplicate
+    assert queue.items().get(pk=first).unique_key == "nightly"
+    with pytest.raises(InvalidArgument, match="unique_key must be a non-empty str"):
+        queue.push(account="acme", unique_key="")
+
+
+def test_apush_returns_a_pushed_too(queue: DjangoQueue[UniqueJob]) -> None:
+    async def view() -> tuple[Pushed, Pushed]:
+        return await queue.apush(account="acme"), await queue.apush(account="acme")
+
+    first, again = async_to_sync(view)()
+    assert not first.duplicate and again.duplicate and again == first
+
+
+def test_a_queue_without_unique_items_refuses_a_key(alias: str) -> None:
+    with pytest.raises(InvalidArgument, match="has no unique items"):
+        Ping.queue.using(alias).push(message="m", unique_key="k")
+
+
+# -- scopes -------------------------------------------------------------------------------
+
+
+def test_unfinished_holds_the_key_while_leased_and_frees_it_when_done(
+    queue: DjangoQueue[UniqueJob],
+) -> None:
+    first = queue.push(account="acme")
+    (leased,) = queue.pop_batch(1)
+    assert queue.push(account="acme") == first
+    queue.ack(leased)
+    second = queue.push(account="acme")
+    assert second != first and not second.duplicate
+
+
+def test_unfinished_frees_the_key_of_a_failed_item(queue: DjangoQueue[UniqueJob]) -> None:
+    first = queue.push(account="acme")
+    for _ in range(2):  # max_attempts = 2, no back-off
+        queue.fail(queue.pop_batch(1), "boom")
+    assert queue.items(State.FAILED).get().pk == first
+    second = queue.push(account="acme")
+    assert second != first and not second.duplicate
+    assert queue.retry([first]) == 0  # its key is held again: it stays failed
+
+
+def test_queued_frees_the_key_at_the_lease(alias: str) -> None:
+    queue = QueuedUniqueJob.queue.using(alias)
+    first = queue.push(tag="t")
+    assert queue.push(tag="t") == first
+    queue.pop_batch(1)
+    second = queue.push(tag="t")
+    assert second != first and not second.duplicate
+
+
+def test_stored_holds_a_given_key_until_the_row_is_gone(alias: str) -> None:
+    queue = StoredUniqueJob.queue.using(alias)
+    first = queue.push(tag="t", unique_key="once")
+    queue.ack(queue.pop_batch(1))  # kept as done (keep_done)
+    again = queue.push(tag="t", unique_key="once")
+    assert again == first and again.duplicate
+    assert not queue.push(tag="t").duplicate  # no declared fields: no key, no dedup
+    assert not queue.push(tag="t").duplicate
+    queue.delete([first])
+    assert not queue.push(tag="t", unique_key="once").duplicate
+
+
+# -- many at once, and the ORM --------------------------------------------------------------
+
+
+def test_push_many_reports_duplicates_in_and_out_of_the_batch(
+    queue: DjangoQueue[UniqueJob],
+) -> None:
+    held = queue.push(account="a")
+    pushed = queue.push_many(
+        [{"account": "a"}, {"account": "b"}, {"account": "b", "note": "later"}, {"account": "c"}]
+    )
+    assert [p.duplicate for p in pushed] == [True, False, True, False]
+    assert pushed[0] == held and pushed[2] == pushed[1]
+    assert queue.count() == 3
+
+
+def test_create_of_a_duplicate_comes_back_as_the_item_there(alias: str) -> None:
+    first = UniqueJob.objects.using(alias).create(account="acme", note="first")
+    again = UniqueJob.objects.using(alias).create(account="acme", note="second")
+    assert type(again.pk) is int and again.pk == first.pk
+    stored = UniqueJob.objects.using(alias).get(pk=first.pk)
+    assert again.note == "first" and again.enqueued_at == stored.enqueued_at
+    assert not again._state.adding and again._state.db == alias
+    assert UniqueJob.queue.using(alias).count() == 1
+    unsaved = UniqueJob(account="acme", note="third")
+    unsaved.save(using=alias)
+    assert (unsaved.pk, unsaved.note) == (first.pk, "first")
+
+
+def test_bulk_create_gives_each_duplicate_its_holder(alias: str) -> None:
+    held = UniqueJob.queue.using(alias).push(account="a", note="held")
+    objs = UniqueJob.objects.using(alias).bulk_create(
+        [
+            UniqueJob(account="a", note="x"),
+            UniqueJob(account="b", note="first b"),
+            UniqueJob(account="b", note="second b"),
+        ]
+    )
+    assert [o.pk for o in objs] == [held, objs[1].pk, objs[1].pk]
+    assert [o.note for o in objs] == ["held", "first b", "first b"]
+    assert UniqueJob.queue.using(alias).count() == 2
+
+
+def test_a_duplicate_push_that_rolls_back_leaves_the_holder(alias: str) -> None:
+    first = UniqueJob.queue.using(alias).push(account="acme")
+    with pytest.raises(RuntimeError), transaction.atomic(using=alias):
+        assert UniqueJob.queue.using(alias).push(account="acme").duplicate
+        raise RuntimeError
+    assert UniqueJob.queue.using(alias).push(account="acme") == first
+
+
+# -- pushers racing -------------------------------------------------------------------------
+
+
+def lock_waiters(alias: str) -> Callable[[], int]:
+    """How many sessions of ``alias``'s database wait for a lock, as another connection sees
+    them (a session's own view of pg_stat_activity is frozen for its transaction)."""
+    params = connections[alias].get_connection_params()
+    keys = ("dbname", "user", "password", "host", "port")
+    conn = psycopg.connect(**{k: params[k] for k in keys if params.get(k)}, autocommit=True)
+
+    def count() -> int:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    count.close = conn.close  # type: ignore[attr-defined]
+    return count
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("alias", ["default"])
+def test_pushers_of_one_key_in_open_transactions_make_one_item(alias: str) -> None:
+    """Six threads, each on its own Django connection, push one key in an atomic block: the
+    first to write keeps its block open until the five others are seen waiting for it on the
+    unique index, then commits; each of them returns its item. No error, one item."""
+    pushers, waiters = 6, lock_waiters(alias)
+    results: list[Pushed] = []
+    errors: list[BaseException] = []
+    seen_waiting: list[int] = []
+
+    def push() -> None:
+        try:
+            with transaction.atomic(using=alias):
+                pushed = UniqueJob.queue.using(alias).push(account="race")
+                results.append(pushed)
+                if not pushed.duplicate:
+                    for _ in range(3000):  # at most 30 s: the others are starting
+                        if waiters() == pushers - 1:
+                            break
+                        threading.Event().wait(0.01)
+                    seen_waiting.append(waiters())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()  # this thread's connections
+
+    threads = [threading.Thread(target=push) for _ in range(pushers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    waiters.close()  # type: ignore[attr-defined]
+    assert not errors
+    assert seen_waiting == [pushers - 1]  # the race happened: all waited for the holder
+    assert len(results) == pushers and len(set(results)) == 1
+    assert sum(not r.duplicate for r in results) == 1
+    assert UniqueJob.queue.using(alias).count() == 1
+    assert UniqueJob.objects.using(alias).count() == 1
