@@ -1,6 +1,7 @@
 """The admin of a split queue (a data table and its meta table): the items with their state,
 counts per state, a filter by state, and the Retry, Cancel, Set priority and Delete
-actions."""
+actions. A unique queue's list and item page also show each item's unique key, which the
+search box searches."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from django.utils import timezone
 
 from dbqueue.errors import InvalidArgument
 from dbqueue.message import CancelOutcome, State
+from dbqueue.unique import UNIQUE_KEY_COLUMN
 from dbqueue_django.admin_common import (
     LIST_PAYLOAD_FIELDS,
     Count,
@@ -23,7 +25,7 @@ from dbqueue_django.admin_common import (
     list_time,
 )
 from dbqueue_django.admin_filters import ErrorClassFilter
-from dbqueue_django.spec import payload_fields
+from dbqueue_django.spec import has_unique_keys, payload_fields
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -96,25 +98,38 @@ class QueueModelAdmin(QueueTableAdmin):
 
     # -- what is shown ------------------------------------------------------------------------
 
+    @property
+    def _unique(self) -> list[str]:
+        """["unique_key"] for a unique queue (its meta table has the column), else []: the
+        column its list and item page show, after the payload."""
+        return [UNIQUE_KEY_COLUMN] if has_unique_keys(self.model) else []
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset: QuerySet[Any] = super().get_queryset(request)
+        meta = {f"q_{name}": F(f"queue_meta__{name}") for name in self._unique}
         annotated: QuerySet[Any] = queryset.annotate(
             q_state=F("queue_meta__state"),
             q_attempts=F("queue_meta__attempts"),
             q_priority=F("queue_meta__priority"),
             q_run_at=F("queue_meta__run_at"),
             q_lease_until=F("queue_meta__lease_until"),
+            **meta,
         )
         return annotated
 
+    def get_search_fields(self, request: HttpRequest) -> list[str]:
+        # A key is text such as {"account":"acme","kind":"sync"}: searched for a part of it.
+        return [*self.search_fields, *(f"queue_meta__{name}" for name in self._unique)]
+
     def get_list_display(self, request: HttpRequest) -> list[Any]:
         names = [f.name for f in payload_fields(self.model)][:LIST_PAYLOAD_FIELDS]
-        return ["id", *names, "state", "attempts", "priority", "run_or_finished", "error"]
+        return ["id", *names, *self._unique, "state", "attempts", "priority", "run_or_finished",
+                "error"]  # fmt: skip
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         names = [f.name for f in payload_fields(self.model)]
-        return ["id", *names, "state", "attempts", "priority", "run_at", "finished_at",
-                "lease_until", "enqueued_at", "traceback"]  # fmt: skip
+        return ["id", *names, *self._unique, "state", "attempts", "priority", "run_at",
+                "finished_at", "lease_until", "enqueued_at", "traceback"]  # fmt: skip
 
     def queue_counts(self, request: HttpRequest, stats: dict[str, Any]) -> list[Count]:
         expired = f"{stats['expired']} expired" if stats["expired"] else ""
@@ -138,6 +153,10 @@ class QueueModelAdmin(QueueTableAdmin):
         if state is State.CANCELLING:
             return "cancelling"
         return state.name.lower()
+
+    @admin.display(description="unique key", ordering="queue_meta__unique_key")
+    def unique_key(self, obj: Any) -> str:
+        return obj.q_unique_key or "-"
 
     @admin.display(description="attempts", ordering="queue_meta__attempts")
     def attempts(self, obj: Any) -> int | None:

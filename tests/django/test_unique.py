@@ -1,8 +1,8 @@
 """Unique items (issue 22 §2) through the Django front: the declaration (fields by name, a
 ForeignKey's by its name or attname), pushes with declared fields and with keys of their own,
 each scope, ``push_many``, the ORM's ``create()``/``save()``/``bulk_create()``, the async
-twin, and pushers of one key racing in open transactions on PostgreSQL. What
-``makemigrations`` writes is in test_unique_migrations.py."""
+twin, the admin's pages, and pushers of one key racing in open transactions on PostgreSQL.
+What ``makemigrations`` writes is in test_unique_migrations.py."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.apps.registry import Apps
 from django.db import connections, models, transaction
+from django.test import Client
 
 from dbqueue.errors import InvalidArgument, InvalidSpec
 from dbqueue.message import State
@@ -22,6 +23,7 @@ from dbqueue.unique import Pushed, UniqueScope
 from dbqueue_django.models import QueueModel, TaskRun
 from dbqueue_django.queue import DjangoQueue
 from dbqueue_django.spec import has_unique_keys, spec_for_model
+from tests.django.admin_users import login_superuser
 from tests.django.testapp.models import Ping, QueuedUniqueJob, StoredUniqueJob, UniqueJob
 
 pytestmark = [
@@ -213,6 +215,41 @@ def test_a_duplicate_push_that_rolls_back_leaves_the_holder(alias: str) -> None:
         assert UniqueJob.queue.using(alias).push(account="acme").duplicate
         raise RuntimeError
     assert UniqueJob.queue.using(alias).push(account="acme") == first
+
+
+# -- the admin ------------------------------------------------------------------------------
+
+CHANGELIST = "/admin/testapp/uniquejob/"
+
+
+@pytest.fixture
+def superuser(routed: str, client: Client) -> Client:
+    return login_superuser(client)
+
+
+def test_the_list_shows_and_searches_the_keys(routed: str, superuser: Client) -> None:
+    queue = UniqueJob.queue.using(routed)
+    acme, other = queue.push(account="acme"), queue.push(account="globex", kind="bill")
+    response = superuser.get(CHANGELIST)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "unique key" in page.lower()
+    assert "{&quot;account&quot;:&quot;acme&quot;,&quot;kind&quot;:&quot;sync&quot;}" in page
+    found = superuser.get(CHANGELIST, {"q": "globex"}).context["cl"].result_list
+    assert [o.pk for o in found] == [other]
+    found = superuser.get(CHANGELIST, {"q": "acme"}).context["cl"].result_list
+    assert [o.pk for o in found] == [acme]
+
+
+def test_the_item_page_shows_the_key(routed: str, superuser: Client) -> None:
+    item = UniqueJob.queue.using(routed).push(account="acme", unique_key="nightly-acme")
+    page = superuser.get(f"{CHANGELIST}{item}/change/").content.decode()
+    assert "Unique key" in page and "nightly-acme" in page
+
+
+def test_a_queue_without_keys_shows_no_key_column(routed: str, superuser: Client) -> None:
+    Ping.queue.using(routed).push(message="m")
+    assert "unique key" not in superuser.get("/admin/testapp/ping/").content.decode().lower()
 
 
 # -- pushers racing -------------------------------------------------------------------------
