@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-from dbqueue.errors import InvalidArgument, shown
+from dbqueue.errors import InvalidArgument, InvalidSpec, shown
 from dbqueue.message import State
 
 #: The meta column that holds an item's unique key (NULL: the item is not unique).
@@ -117,6 +117,23 @@ def item_keys(
     if not names:
         return [None for _ in payloads]
     return [derived_key(names, p) for p in payloads]
+
+
+def unique_columns(declared: Any, columns: Mapping[str, str], label: str) -> Any:
+    """A front's ``unique`` option with the names its declarations use (a Django field's name,
+    a mapped attribute) replaced by their columns, from ``columns`` (name -> column); an
+    InvalidSpec naming ``label`` for a name that is none of them. Anything but a name or a
+    sequence of names is returned as given, for :class:`~dbqueue.spec.QueueOptions` to refuse."""
+    names = (declared,) if isinstance(declared, str) else declared
+    if not isinstance(names, tuple | list):
+        return declared
+    unknown = [n for n in names if isinstance(n, str) and n not in columns]
+    if unknown:
+        raise InvalidSpec(
+            f"{label}: unique names {', '.join(map(repr, unknown))}, not a payload field; its "
+            f"fields: {', '.join(sorted(columns)) or '(none)'}"
+        )
+    return tuple(columns.get(n, n) if isinstance(n, str) else n for n in names)
 
 
 class Pushed(int):

@@ -16,6 +16,7 @@ from dbqueue.errors import InvalidSpec
 from dbqueue.schema import SPLIT_BASE_COLUMNS
 from dbqueue.spec import NO_DEFAULT, Field, FieldKind, QueueOptions, QueueSpec, options_from
 from dbqueue.unique import UNIQUE_KEY_COLUMN, UniqueScope
+from dbqueue.unique import unique_columns as core_unique_columns
 
 #: Django's internal field types and the kinds they store.
 KINDS: dict[str, FieldKind] = {
@@ -106,23 +107,13 @@ def options_of(model: type[models.Model]) -> QueueOptions:
 
 
 def unique_columns(model: type[models.Model], declared: Any) -> Any:
-    """The columns of the payload fields ``QueueOptions.unique`` names (``order`` ->
-    ``order_id``), or InvalidSpec naming the model for a name that is not one. Anything but a
-    name or a sequence of names is left for the core to refuse."""
-    names = (declared,) if isinstance(declared, str) else declared
-    if not isinstance(names, tuple | list):
-        return declared
+    """The columns of the payload fields ``QueueOptions.unique`` names, by name or attname
+    (``order`` or ``order_id`` -> ``order_id``); InvalidSpec naming the model for a name that
+    is not one."""
     columns: dict[str, str] = {}
     for f in payload_fields(model):
         columns[f.name] = columns[str(f.attname)] = str(f.column)
-    unknown = [n for n in names if isinstance(n, str) and n not in columns]
-    if unknown:
-        raise InvalidSpec(
-            f"{model._meta.label}.QueueOptions: unique names {', '.join(map(repr, unknown))}, "
-            f"not a payload field of {model.__name__}; its fields: "
-            f"{', '.join(f.name for f in payload_fields(model)) or '(none)'}"
-        )
-    return tuple(columns.get(n, n) if isinstance(n, str) else n for n in names)
+    return core_unique_columns(declared, columns, f"{model._meta.label}.QueueOptions")
 
 
 def unique_scope_of(model: type[models.Model]) -> UniqueScope | None:
