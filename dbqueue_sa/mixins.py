@@ -36,6 +36,7 @@ from dbqueue_sa.spec import (
     check_ring_columns,
     check_table,
     payload_columns,
+    payload_names,
     to_field,
 )
 from dbqueue_sa.tables import (
@@ -94,9 +95,10 @@ class _QueueBase:
     """What both mixins share: the options, the spec, ``queue``."""
 
     #: Queue options (see :class:`dbqueue.QueueOptions`): ``max_attempts``, ``lease``,
-    #: ``backoff``, ``notify_interval``..., for a split queue ``keep_done``, and for a ring
-    #: ``capacity`` (required), ``when_full``, ``push_timeout``, ``hole_timeout``,
-    #: ``stranded_after``.
+    #: ``backoff``, ``notify_interval``..., for a split queue ``keep_done`` and unique items
+    #: (``unique``: mapped attributes, such as ``("order_id",)``; ``unique_scope``,
+    #: ``unique_period``: see :mod:`dbqueue.unique`), and for a ring ``capacity`` (required),
+    #: ``when_full``, ``push_timeout``, ``hole_timeout``, ``stranded_after``.
     __queue_options__: ClassVar[dict[str, Any]] = {}
     #: The validated core spec, set when the class is mapped.
     __queue_spec__: ClassVar[QueueSpec]
@@ -192,11 +194,12 @@ def _inherited(cls: type[Any], parent: type[Any]) -> InvalidSpec:
     )
 
 
-def _setup_split(cls: type[Any], table: sa.Table) -> None:
+def _setup_split(cls: type[Any], mapper: Mapper[Any], table: sa.Table) -> None:
     label = cls.__name__
     check_base_columns(table, SPLIT_BASE_KINDS, "id", label)
-    fields = [to_field(c, label) for c in payload_columns(table, SPLIT_BASE_COLUMNS)]
-    spec = build_spec(cls, table, fields, ring=False)
+    payload = payload_columns(table, SPLIT_BASE_COLUMNS)
+    fields = [to_field(c, label) for c in payload]
+    spec = build_spec(cls, table, fields, ring=False, columns=payload_names(mapper, payload))
     table.dialect_options["sqlite"]["autoincrement"] = True  # ids are never reused
     dialect_types(table)
     cls.__queue_spec__ = spec
@@ -243,7 +246,7 @@ def _instrument(mapper: Mapper[Any], cls: type[Any]) -> None:
     if issubclass(cls, RingQueueMixin):
         _setup_ring(cls, table)
     else:
-        _setup_split(cls, table)
+        _setup_split(cls, mapper, table)
     own = [table, getattr(cls, "__queue_meta__", None), getattr(cls, "__queue_failed__", None)]
     guard_ddl(table.metadata, *(t for t in own if t is not None))
     QUEUE_CLASSES[(id(table.metadata), table.name)] = cls

@@ -11,11 +11,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Mapper
 from sqlalchemy.sql.schema import ColumnDefault
 
 from dbqueue.errors import InvalidSpec
 from dbqueue.schema import FAILED_BASE_COLUMNS, RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
 from dbqueue.spec import NO_DEFAULT, Field, FieldKind, QueueOptions, QueueSpec, options_from
+from dbqueue.unique import unique_columns
 
 #: SQLAlchemy types and the kinds they store, most specific first (BigInteger is an Integer,
 #: Float a Numeric, Text a String).
@@ -154,15 +156,31 @@ def payload_columns(table: sa.Table, base: Iterable[str]) -> list[sa.Column[Any]
     return [c for c in table.columns if c.name not in skip]
 
 
-def options_for(cls: type, *, ring: bool) -> QueueOptions:
-    """QueueOptions from the class's ``__queue_options__`` mapping."""
+def options_for(cls: type, *, ring: bool, columns: Mapping[str, str] | None = None) -> QueueOptions:
+    """QueueOptions from the class's ``__queue_options__`` mapping. Its ``unique`` names
+    mapped attributes, given to the core as their columns (``columns``: attribute or column
+    name -> column, see :func:`payload_names`)."""
     declared = getattr(cls, "__queue_options__", None) or {}
     label = f"{cls.__name__}.__queue_options__"
     if not isinstance(declared, Mapping):
         raise InvalidSpec(f"{label} must be a dict of option names to values")
-    return options_from(
-        dict(declared), label=label, ring=ring, aware_datetimes=True, ring_hint=RING_HINT
-    )
+    values = dict(declared)
+    if "unique" in values and not ring:  # a ring's options_from refuses it
+        values["unique"] = unique_columns(values["unique"], columns or {}, label)
+    return options_from(values, label=label, ring=ring, aware_datetimes=True, ring_hint=RING_HINT)
+
+
+def payload_names(mapper: Mapper[Any], payload: Iterable[sa.Column[Any]]) -> dict[str, str]:
+    """Each payload column by its name, and by the attribute that maps it when that is named
+    otherwise (``order_ref = mapped_column("order_id")``): what ``unique`` may name."""
+    columns = {c.name: c.name for c in payload}
+    # Declarative hands the Mapper the columns whose attribute is not their name (the others
+    # it finds in the table); mapper.attrs is not there yet while the class is instrumented.
+    renamed: Mapping[str, Any] = getattr(mapper, "_init_properties", None) or {}
+    for attribute, prop in renamed.items():
+        if isinstance(prop, sa.Column) and prop.name in columns:
+            columns[attribute] = prop.name
+    return columns
 
 
 def check_table(table: sa.Table, label: str) -> None:
@@ -231,10 +249,18 @@ def check_ring_columns(table: sa.Table, label: str) -> None:
             )
 
 
-def build_spec(cls: type, table: sa.Table, fields: Iterable[Field], *, ring: bool) -> QueueSpec:
-    """The validated spec of a queue class (raises InvalidSpec naming the class)."""
+def build_spec(
+    cls: type,
+    table: sa.Table,
+    fields: Iterable[Field],
+    *,
+    ring: bool,
+    columns: Mapping[str, str] | None = None,
+) -> QueueSpec:
+    """The validated spec of a queue class (raises InvalidSpec naming the class); ``columns``
+    are what ``unique`` may name (:func:`payload_names`)."""
     label = cls.__name__
-    options = options_for(cls, ring=ring)
+    options = options_for(cls, ring=ring, columns=columns)
     try:
         return QueueSpec(table.name, tuple(fields), options)
     except InvalidSpec as exc:

@@ -1,8 +1,9 @@
 """The tables a queue class adds to its ``MetaData``, column for column what
 ``dbqueue.schema`` and the Django migrations create (``tests/sqlalchemy/test_parity.py``):
 
-- split: the meta table ``<table>_meta`` with its two partial indexes; after ``create_all``
-  the PostgreSQL storage parameters (``dbqueue.schema.tuning_statements``).
+- split: the meta table ``<table>_meta`` with its two partial indexes (a unique queue's also
+  with ``unique_key`` and its partial unique index); after ``create_all`` the PostgreSQL
+  storage parameters (``dbqueue.schema.tuning_statements``).
 - ring: the failed table ``<table>_failed``; after the slot table is created, its counters,
   storage parameters and preallocated slots (``dbqueue.schema.ring_slot_statements``), and
   after it is dropped, its counters.
@@ -31,6 +32,7 @@ from dbqueue.errors import InvalidSpec, UnsupportedDatabase
 from dbqueue.message import State
 from dbqueue.schema import drop_ring_counter_statements, ring_slot_statements, tuning_statements
 from dbqueue.spec import QueueSpec
+from dbqueue.unique import UNIQUE_KEY_COLUMN, UniqueScope
 
 #: SQLAlchemy dialect names and the core dialects they run.
 DIALECTS = {"postgresql": "postgresql", "sqlite": "sqlite"}
@@ -232,6 +234,9 @@ def meta_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
         "attempts": small(0),
         "lease_until": timestamp(nullable=True),
     }
+    unique = spec.options.is_unique
+    if unique:
+        columns[UNIQUE_KEY_COLUMN] = sa.Column(sa.Text(), nullable=True)
     for name, column in columns.items():
         column.name = column.key = name
     refuse_taken(data.metadata, spec.meta_table, spec.table, "meta")
@@ -245,11 +250,26 @@ def meta_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
         spec.index_name("leased"), c.lease_until,
         postgresql_where=c.state == 1, sqlite_where=c.state == 1,
     )  # fmt: skip
+    if unique:
+        held = unique_predicate(meta, spec.options.unique_scope_mode)
+        sa.Index(
+            spec.index_name("unique"), c.unique_key, unique=True,
+            postgresql_where=held, sqlite_where=held,
+        )  # fmt: skip
     dialect_types(meta)
     # The tuning statements alter both tables: create the meta table last.
     meta.add_is_dependent_on(data)
     sa.event.listen(meta, "after_create", _run(lambda d: tuning_statements(spec, d)))
     return meta
+
+
+def unique_predicate(meta: sa.Table, scope: UniqueScope) -> sa.ColumnElement[bool]:
+    """The WHERE clause of a unique queue's key index: the core's ``index_predicate``
+    (``unique_key IS NOT NULL``, and for a scope but "stored", ``state IN (...)``)."""
+    held = meta.c.unique_key.is_not(None)
+    if scope is UniqueScope.STORED:
+        return held
+    return sa.and_(held, meta.c.state.in_([int(s) for s in scope.states]))
 
 
 def failed_table(spec: QueueSpec, ring: sa.Table, payload: list[sa.Column[Any]]) -> sa.Table:

@@ -9,7 +9,8 @@ The three are compared as the database reports them, with the Django parity test
 columns (nullability, normalised type, key, has a default), numeric defaults, the meta table's
 partial indexes, the key's sequence, the ring's slots and counters, the failed tables and
 PostgreSQL's storage parameters. A class with a column of every kind SQLAlchemy can declare
-(``Kinds``) is compared with the core's DDL for its spec the same way.
+(``Kinds``) is compared with the core's DDL for its spec the same way, and so are the unique
+queues of each scope (``tests.sqlalchemy.unique_jobs``) with their Django twins.
 """
 
 from __future__ import annotations
@@ -40,11 +41,19 @@ from dbqueue_sa import JSONB, QueueMixin, schedule_table
 from dbqueue_sa.tables import core_dialect
 from tests.conformance.spec import JOB_FIELDS, JOB_OPTIONS
 from tests.django.aliases import ALIASES
+from tests.django.test_parity import UNIQUE_META_INDEXES, indexes, numeric_defaults, query
 from tests.django.test_parity import columns as django_columns
-from tests.django.test_parity import indexes, numeric_defaults, query
 from tests.django.test_ring_parity import counter, slot_shape
 from tests.django.testapp import models as django_models
 from tests.sqlalchemy.models import Base, Job, Tick
+from tests.sqlalchemy.unique_jobs import QueuedUniqueJob, StoredUniqueJob, UniqueBase, UniqueJob
+
+#: Each unique queue class and its Django twin.
+UNIQUE_TWINS = {
+    UniqueJob: django_models.UniqueJob,
+    QueuedUniqueJob: django_models.QueuedUniqueJob,
+    StoredUniqueJob: django_models.StoredUniqueJob,
+}
 
 pytestmark = [
     pytest.mark.django,
@@ -277,6 +286,38 @@ def test_the_counters_agree(alias: str) -> None:
 def test_the_ring_storage_parameters_agree(alias: str) -> None:
     assert any(o.startswith("fillfactor=") for o in same(reloptions, alias, TICK))
     same(reloptions, alias, suffixed(TICK, "_failed"))
+
+
+# -- unique queues ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "django_table"),
+    [
+        (UniqueJob, "testapp_uniquejob"),
+        (QueuedUniqueJob, "testapp_queueduniquejob"),
+        (StoredUniqueJob, "testapp_storeduniquejob"),
+    ],
+    ids=["unfinished", "queued", "stored"],
+)
+def test_the_unique_queues_agree(
+    alias: str, engine: sa.Engine, model: Any, django_table: str
+) -> None:
+    """A unique queue's meta table (its key column, its partial unique index over the scope's
+    states) as create_all, Django's migration and the core's DDL make it."""
+    assert spec_of(model).options == spec_of(UNIQUE_TWINS[model]).options
+    names = (model.__tablename__, django_table, f"sa_core_{model.__tablename__}")
+    core = dataclasses.replace(spec_of(model), table=names[2])
+    ours = [model.__table__, model.__queue_meta__]
+    with created(engine, UniqueBase.metadata, ours), core_ddl(engine, core):
+        same(columns, alias, names)
+        assert "unique_key" in same(columns, alias, suffixed(names, "_meta"))
+        found = same(unique_indexes, alias, suffixed(names, "_meta"))
+        assert set(found) == UNIQUE_META_INDEXES
+
+
+def unique_indexes(alias: str, table: str) -> dict[str, tuple[Any, ...]]:
+    return indexes(alias, table, UNIQUE_META_INDEXES)
 
 
 # -- every kind, against the core's DDL -----------------------------------------------------
