@@ -2,8 +2,10 @@
 ``manage.py check`` (and every management command) with a message naming what to change.
 
 Ring queues are checked like split queues (their spec refuses a missing capacity, relations,
-unique or indexed payload fields); ``check --database`` also compares each ring's slots in the
-database with its declared capacity.
+unique or indexed payload fields, unique items); ``check --database`` also compares each
+ring's slots in the database with its declared capacity. A split queue's unique items
+(``unique``, ``unique_scope``, ``unique_period``) are checked with its other options: a
+``unique`` name that is not a payload field, an unknown scope, a period of part seconds.
 """
 
 from __future__ import annotations

@@ -185,8 +185,9 @@ class RingQueueModel(BaseQueueModel, metaclass=RingQueueModelBase):
     bounded (a push into a full ring spills into ``<Model>Failed``, or raises QueueFull, or
     waits: ``when_full``) and free of bloat. Messages that used their last attempt move to
     ``<Model>Failed``. Besides the split queue's options (but ``keep_done``: slots are
-    reused), ``QueueOptions`` takes ``when_full``, ``push_timeout``, ``hole_timeout`` and
-    ``stranded_after``; a ring has no priorities and no delays.
+    reused, and ``unique``, ``unique_scope``, ``unique_period``: a slot is rewritten in place,
+    which a unique index would slow), ``QueueOptions`` takes ``when_full``, ``push_timeout``,
+    ``hole_timeout`` and ``stranded_after``; a ring has no priorities and no delays.
 
     Rows of this model are slots: ``id`` is the number of the message a slot holds (or last
     held), ``state`` says whether it is empty, ready, leased or waiting to be retried.

@@ -20,7 +20,7 @@ from django.test.utils import isolate_apps, override_settings
 
 from dbqueue.errors import UnsupportedDatabase
 from dbqueue_django.executor import DjangoExecutor, dialect_for
-from dbqueue_django.models import QueueModel
+from dbqueue_django.models import QueueModel, RingQueueModel
 
 pytestmark = pytest.mark.django
 
@@ -168,6 +168,50 @@ def test_keep_done_must_be_a_bool(isolated: Apps) -> None:
     msg = only_error(isolated, Hoarder).msg
     assert msg.startswith("testapp.Hoarder.QueueOptions: keep_done must be True or False")
     assert "'yes'" in msg
+
+
+def test_unique_must_name_payload_fields(isolated: Apps) -> None:
+    class Deduped(QueueModel):
+        body = models.TextField()
+
+        class Meta:
+            app_label = "testapp"
+
+        class QueueOptions:
+            unique = ("body", "bodyy")
+
+    msg = only_error(isolated, Deduped).msg
+    assert msg.startswith("testapp.Deduped.QueueOptions: unique names 'bodyy'")
+    assert "its fields: body" in msg
+
+
+def test_an_unknown_unique_scope(isolated: Apps) -> None:
+    class Scoped(QueueModel):
+        body = models.TextField()
+
+        class Meta:
+            app_label = "testapp"
+
+        class QueueOptions:
+            unique = "body"
+            unique_scope = "forever"
+
+    msg = only_error(isolated, Scoped).msg
+    assert "unique_scope must be one of 'queued', 'unfinished', 'stored'" in msg
+
+
+def test_a_ring_cannot_have_unique_items(isolated: Apps) -> None:
+    class UniqueRing(RingQueueModel):
+        body = models.TextField()
+
+        class Meta:
+            app_label = "testapp"
+
+        class QueueOptions:
+            capacity = 4
+            unique = ("body",)
+
+    assert "split queue" in only_error(isolated, UniqueRing).msg
 
 
 def test_each_bad_model_is_reported_once(isolated: Apps) -> None:
