@@ -4,6 +4,7 @@ model change needs (:func:`compare_queues`), and the ring parts it must not prop
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ from alembic.autogenerate import comparators, renderers
 from alembic.autogenerate.api import AutogenContext
 from alembic.operations.ops import (
     AlterColumnOp,
+    CreateIndexOp,
     CreateTableOp,
     DropIndexOp,
     DropTableOp,
@@ -26,6 +28,7 @@ from dbqueue.schema import (
     storage_parameters,
 )
 from dbqueue.spec import QueueSpec
+from dbqueue.unique import UniqueScope, index_predicate
 from dbqueue_sa.alembic_ops import (
     AlterQueueRingOp,
     CreateQueueRingOp,
@@ -39,7 +42,7 @@ from dbqueue_sa.alembic_ops import (
     table_spec,
 )
 from dbqueue_sa.mixins import QUEUE_CLASSES, RingQueueMixin, queue_classes
-from dbqueue_sa.tables import core_dialect
+from dbqueue_sa.tables import core_dialect, unique_index
 
 # -- autogenerate -----------------------------------------------------------------------------
 
@@ -103,6 +106,60 @@ def _queue_op(autogen_context: AutogenContext, cls: type[Any], created: set[str]
     if not _included(autogen_context, table) or not autogen_context.inspector.has_table(spec.table):
         return None
     return _ring_change(autogen_context, spec) if ring else _tuning_change(autogen_context, spec)
+
+
+def _held_states(predicate: str) -> frozenset[int]:
+    """The states a unique index's WHERE clause names, as the core writes it or as a database
+    reflects it (``state IN (0, 1, 6)``, ``state = ANY (ARRAY[0, 1, 6])``; none for "stored"):
+    its only numbers."""
+    return frozenset(int(n) for n in re.findall(r"\b\d+\b", predicate))
+
+
+#: Each scope by the states its index names.
+_SCOPES = {_held_states(index_predicate(scope)): scope for scope in UniqueScope}
+
+
+def _unique_scope_change(
+    autogen_context: AutogenContext, cls: type[Any], created: set[str]
+) -> ModifyTableOps | None:
+    """Drop and create again the unique index of an existing unique queue whose WHERE clause
+    is another scope's. Alembic compares an index's name, columns and uniqueness, not its
+    WHERE clause, so a change of ``unique_scope`` would otherwise go unseen (the index keeps
+    its name). Left alone: an index the database does not reflect a WHERE clause for, or one
+    whose states are no scope's (not written by dbqueue)."""
+    spec: QueueSpec = cls.__queue_spec__
+    if not spec.options.is_unique or spec.meta_table in created:
+        return None
+    meta: sa.Table = cls.__queue_meta__
+    if not _included(autogen_context, meta) or not autogen_context.inspector.has_table(
+        spec.meta_table
+    ):
+        return None
+    name = spec.index_name("unique")
+    found = [i for i in autogen_context.inspector.get_indexes(spec.meta_table) if i["name"] == name]
+    options: dict[str, Any] = dict(found[0].get("dialect_options") or {}) if found else {}
+    where = next(
+        (str(v) for k, v in options.items() if k.endswith("_where") and v is not None), None
+    )
+    old = _SCOPES.get(_held_states(where)) if where is not None else None
+    new = spec.options.unique_scope_mode
+    if old is None or old is new:
+        return None
+    # The old index on a stand-in of the meta table: what the downgrade creates again.
+    standin = sa.Table(
+        spec.meta_table,
+        sa.MetaData(),
+        sa.Column("unique_key", sa.Text()),
+        sa.Column("state", sa.SmallInteger()),
+    )
+    index = next(i for i in meta.indexes if i.name == name)
+    return ModifyTableOps(
+        spec.meta_table,
+        [
+            DropIndexOp.from_index(unique_index(name, standin, old)),
+            CreateIndexOp.from_index(index),
+        ],
+    )
 
 
 def _drop_removed_rings(autogen_context: AutogenContext, upgrade_ops: UpgradeOps) -> None:
@@ -182,7 +239,8 @@ def compare_queues(
     (``priority=LAST``): after the ``create_table`` ops of a new queue, ``create_queue_ring``
     or ``tune_queue_tables``; for an existing queue, ``create_queue_ring`` if its ring has no
     slots or counters, ``alter_queue_ring`` if its slots are not its capacity,
-    ``tune_queue_tables`` if its storage parameters are not set (PostgreSQL); before the
+    ``tune_queue_tables`` if its storage parameters are not set (PostgreSQL), the unique
+    index dropped and created again if its ``unique_scope`` changed; before the
     ``drop_table`` of a removed ring, ``drop_queue_ring``."""
     _leave_ring_parts(upgrade_ops)
     if None in schemas:  # queue tables live in the default schema (dbqueue_sa.spec)
@@ -195,6 +253,9 @@ def compare_queues(
             queue_op = _queue_op(autogen_context, cls, created)
             if queue_op is not None:
                 upgrade_ops.ops.append(queue_op)
+            scope_op = _unique_scope_change(autogen_context, cls, created)
+            if scope_op is not None:
+                upgrade_ops.ops.append(scope_op)
         _drop_removed_rings(autogen_context, upgrade_ops)
     return PriorityDispatchResult.CONTINUE
 

@@ -251,11 +251,7 @@ def meta_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
         postgresql_where=c.state == 1, sqlite_where=c.state == 1,
     )  # fmt: skip
     if unique:
-        held = unique_predicate(meta, spec.options.unique_scope_mode)
-        sa.Index(
-            spec.index_name("unique"), c.unique_key, unique=True,
-            postgresql_where=held, sqlite_where=held,
-        )  # fmt: skip
+        unique_index(spec.index_name("unique"), meta, spec.options.unique_scope_mode)
     dialect_types(meta)
     # The tuning statements alter both tables: create the meta table last.
     meta.add_is_dependent_on(data)
@@ -263,13 +259,14 @@ def meta_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
     return meta
 
 
-def unique_predicate(meta: sa.Table, scope: UniqueScope) -> sa.ColumnElement[bool]:
-    """The WHERE clause of a unique queue's key index: the core's ``index_predicate``
+def unique_index(name: str, meta: sa.Table, scope: UniqueScope) -> sa.Index:
+    """A unique queue's partial unique index on ``meta`` (which needs only its ``unique_key``
+    and ``state`` columns): WHERE the core's ``index_predicate`` for ``scope``
     (``unique_key IS NOT NULL``, and for a scope but "stored", ``state IN (...)``)."""
-    held = meta.c.unique_key.is_not(None)
-    if scope is UniqueScope.STORED:
-        return held
-    return sa.and_(held, meta.c.state.in_([int(s) for s in scope.states]))
+    held: sa.ColumnElement[bool] = meta.c.unique_key.is_not(None)
+    if scope is not UniqueScope.STORED:
+        held = sa.and_(held, meta.c.state.in_([int(s) for s in scope.states]))
+    return sa.Index(name, meta.c.unique_key, unique=True, postgresql_where=held, sqlite_where=held)
 
 
 def failed_table(spec: QueueSpec, ring: sa.Table, payload: list[sa.Column[Any]]) -> sa.Table:

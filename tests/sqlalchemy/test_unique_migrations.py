@@ -1,7 +1,8 @@
 """What Alembic's autogenerate writes for unique items, through its real commands on real
 PostgreSQL and SQLite: a queue that becomes unique gets ``add_column`` and ``create_index``
 (its partial unique index), the upgrade gives a working unique queue, a second autogenerate
-finds nothing, and the downgrade takes both away."""
+finds nothing, and the downgrade takes both away; a scope change drops the index and creates
+it again with the new scope's WHERE clause, which Alembic alone would not see."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Session
 
 from dbqueue_sa import QueueMixin
 from tests.sqlalchemy.conftest import sync_url
 from tests.sqlalchemy.test_migrations import autogenerate, environment, ops_of
-from tests.sqlalchemy.unique_jobs import UniqueJob
+from tests.sqlalchemy.unique_jobs import UniqueJob, UniqueJobColumns
 
 pytestmark = pytest.mark.sqlalchemy
 
@@ -26,20 +27,26 @@ class PlainBase(DeclarativeBase):
     """UniqueJob's table as it was before the queue declared unique items."""
 
 
-class PlainJob(QueueMixin, PlainBase):
+class PlainJob(UniqueJobColumns, QueueMixin, PlainBase):
     __tablename__ = UniqueJob.__tablename__
 
-    account: Mapped[str] = mapped_column(sa.String(50))
-    kind: Mapped[str] = mapped_column(sa.String(20), default="sync")
-    note: Mapped[str] = mapped_column(sa.Text(), default="")
+
+class UnfinishedBase(DeclarativeBase):
+    """UniqueJob alone (its own base holds the other unique queues too)."""
 
 
-def unique_job_tables() -> sa.MetaData:
-    """A metadata holding UniqueJob's tables only (copies), as its application declares them."""
-    metadata = sa.MetaData()
-    for table in (UniqueJob.__table__, UniqueJob.__queue_meta__):
-        table.to_metadata(metadata)
-    return metadata
+class UnfinishedJob(UniqueJobColumns, QueueMixin, UnfinishedBase):
+    __tablename__ = UniqueJob.__tablename__
+    __queue_options__ = UniqueJob.__queue_options__
+
+
+class StoredBase(DeclarativeBase):
+    """UniqueJob declared again with another scope."""
+
+
+class StoredJob(UniqueJobColumns, QueueMixin, StoredBase):
+    __tablename__ = UniqueJob.__tablename__
+    __queue_options__ = {**UniqueJob.__queue_options__, "unique_scope": "stored"}
 
 
 def clear(engine: sa.Engine) -> None:
@@ -57,7 +64,9 @@ def url(backend: str, request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def db(url: str) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(url)
+    # A new connection for every look: a pooled SQLite connection may answer PRAGMA
+    # index_list from the schema it read before Alembic's own connection changed it.
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     clear(engine)
     yield engine
     clear(engine)
@@ -82,7 +91,7 @@ def test_a_queue_that_becomes_unique_gets_the_column_and_the_index(
     command.upgrade(cfg, "head")
     assert "unique_key" not in meta_columns(db)
 
-    cfg.attributes["metadata"] = unique_job_tables()
+    cfg.attributes["metadata"] = UnfinishedBase.metadata
     upgrade, downgrade = autogenerate(cfg, "0002")
     assert ops_of(upgrade) == ["op.add_column", "op.create_index"]
     assert "sa.Column('unique_key', sa.Text(), nullable=True)" in upgrade
@@ -105,3 +114,32 @@ def test_a_queue_that_becomes_unique_gets_the_column_and_the_index(
     command.downgrade(cfg, "0001")
     assert "unique_key" not in meta_columns(db)
     assert not any(i["unique"] for i in sa.inspect(db).get_indexes("sa_unique_job_meta"))
+
+
+def unique_where(engine: sa.Engine) -> str:
+    """The WHERE clause of the unique index, as the database reflects it."""
+    (index,) = [i for i in sa.inspect(engine).get_indexes("sa_unique_job_meta") if i["unique"]]
+    options = index.get("dialect_options", {})
+    return str(options.get("postgresql_where", options.get("sqlite_where")))
+
+
+def test_a_scope_change_drops_and_creates_the_index_again(cfg: Config, db: sa.Engine) -> None:
+    """Alembic compares no WHERE clause: dbqueue's comparator sees the scope change."""
+    cfg.attributes["metadata"] = UnfinishedBase.metadata
+    autogenerate(cfg, "0001")
+    command.upgrade(cfg, "head")
+    before = unique_where(db)
+    assert "state" in before
+
+    cfg.attributes["metadata"] = StoredBase.metadata
+    upgrade, downgrade = autogenerate(cfg, "0002")
+    assert ops_of(upgrade) == ["op.drop_index", "op.create_index"]
+    assert ops_of(downgrade) == ["op.drop_index", "op.create_index"]
+    assert "postgresql_where=sa.text('unique_key IS NOT NULL')" in upgrade
+    assert "state IN (0, 1, 6)" in downgrade
+    command.upgrade(cfg, "head")
+    assert "state" not in unique_where(db)
+    command.check(cfg)  # a second autogenerate finds nothing to do
+
+    command.downgrade(cfg, "0001")
+    assert unique_where(db) == before

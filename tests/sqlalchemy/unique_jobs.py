@@ -18,7 +18,16 @@ class UniqueBase(DeclarativeBase):
     """The unique queues' own base and MetaData."""
 
 
-class UniqueJob(QueueMixin, UniqueBase):
+class UniqueJobColumns:
+    """UniqueJob's payload (testapp.UniqueJob's), shared with the migration tests' versions of
+    it declared otherwise."""
+
+    account: Mapped[str] = mapped_column(sa.String(50))
+    kind: Mapped[str] = mapped_column(sa.String(20), default="sync")
+    note: Mapped[str] = mapped_column(sa.Text(), default="")
+
+
+class UniqueJob(UniqueJobColumns, QueueMixin, UniqueBase):
     """One unfinished item per account and kind; a push may give a key of its own instead."""
 
     __tablename__ = "sa_unique_job"
@@ -27,10 +36,6 @@ class UniqueJob(QueueMixin, UniqueBase):
         "max_attempts": 2,
         "backoff": Backoff(base=dt.timedelta(0), cap=dt.timedelta(0)),
     }
-
-    account: Mapped[str] = mapped_column(sa.String(50))
-    kind: Mapped[str] = mapped_column(sa.String(20), default="sync")
-    note: Mapped[str] = mapped_column(sa.Text(), default="")
 
 
 class QueuedUniqueJob(QueueMixin, UniqueBase):
