@@ -39,6 +39,13 @@ KINDS: dict[str, FieldKind] = {
     "BinaryField": FieldKind.BYTES,
     "UUIDField": FieldKind.UUID,
 }
+#: What a ForeignKey stores when its target is an auto-incremented key (most models' id): the
+#: integer of the key, whose internal type is none of KINDS.
+AUTO_KINDS: dict[str, FieldKind] = {
+    "SmallAutoField": FieldKind.SMALLINT,
+    "AutoField": FieldKind.INTEGER,
+    "BigAutoField": FieldKind.BIGINT,
+}
 #: The columns every split queue model has; they are not payload.
 BASE_FIELDS = SPLIT_BASE_COLUMNS
 
@@ -57,12 +64,13 @@ def is_ring(model: type[models.Model]) -> bool:
 
 def _kind(f: models.Field[Any, Any]) -> FieldKind:
     target = f.target_field if isinstance(f, models.ForeignKey) else f
+    kinds = {**KINDS, **AUTO_KINDS} if target is not f else KINDS
     try:
-        return KINDS[target.get_internal_type()]
+        return kinds[target.get_internal_type()]
     except KeyError:
         raise InvalidSpec(
             f"field {f.name!r} is a {type(f).__name__}, which a queue cannot store; supported: "
-            f"{', '.join(sorted(KINDS))} and ForeignKey to them"
+            f"{', '.join(sorted(KINDS))} and ForeignKey to them or to an auto-incremented key"
         ) from None
 
 

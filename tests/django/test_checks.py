@@ -65,6 +65,36 @@ def test_a_valid_queue_model_has_no_errors(isolated: Apps) -> None:
     assert dbqueue_errors(isolated) == []
 
 
+def test_a_foreign_key_to_a_model_with_an_auto_incremented_key_is_a_payload_field(
+    isolated: Apps,
+) -> None:
+    """Most models' key is an AutoField or BigAutoField (auth.User's, any model's default): a
+    ForeignKey to one stores that integer, and the queue's key may name it."""
+
+    class Member(models.Model):
+        id = models.BigAutoField(primary_key=True)
+
+        class Meta:
+            app_label = "testapp"
+
+        def __str__(self) -> str:
+            return f"member {self.pk}"
+
+    class Welcome(QueueModel):
+        user = models.ForeignKey(Member, on_delete=models.CASCADE)
+
+        class Meta:
+            app_label = "testapp"
+
+        class QueueOptions:
+            unique = ("user",)
+
+    assert dbqueue_errors(isolated) == []
+    (field,) = Welcome.queue.spec.fields
+    assert (field.name, field.kind) == ("user_id", "bigint")
+    assert Welcome.queue.spec.options.unique == ("user_id",)
+
+
 @pytest.mark.parametrize("reserved", ["state", "priority", "attempts", "run_at"])
 def test_a_reserved_field_name(isolated: Apps, reserved: str) -> None:
     Bad = type(
