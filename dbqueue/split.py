@@ -64,11 +64,20 @@ UNCHANGED = {
 
 
 class KeyRow(NamedTuple):
-    """A row of a unique push (``split_push_unique``): the id written, None for a duplicate,
-    and the key as stored."""
+    """A row of a unique batch push (``split_push_many_unique``): the id written, None for a
+    duplicate, and the key as stored."""
 
     id: int | None
     key: str
+
+
+class UniquePushRow(NamedTuple):
+    """The row of a unique push (``split_push_unique``): a :class:`KeyRow`, and the holder of
+    a duplicate's key if the statement saw it."""
+
+    id: int | None
+    key: str
+    holder: int | None
 
 
 class HolderRow(NamedTuple):
@@ -115,6 +124,9 @@ class SplitQueue(Layout):
     """
 
     layout = "split"
+    #: PostgreSQL: the data table's identity sequence, read at the first unique push (a core
+    #: queue serves one database: see dbqueue.front.shared_core).
+    _id_seq: str | None = None
 
     def model_row(self, message: Message) -> dict[str, Any]:
         """The data table's columns (:func:`data_row`)."""
@@ -245,21 +257,33 @@ class SplitQueue(Layout):
             return payload
         return {**payload, **{f.name: f.default_value() for f in missing}}
 
-    def _unique_params(self) -> dict[str, Any]:
+    def _unique_params(self, ex: Executor) -> dict[str, Any]:
+        """What every unique push binds: the period, and where the data table's ids come from
+        (SQLite: its AUTOINCREMENT row; PostgreSQL: its identity sequence, looked up once)."""
         period = self.spec.options.unique_period
-        return {} if period is None else {"unique_period": int(period.total_seconds())}
+        params: dict[str, Any] = {}
+        if period is not None:
+            params["unique_period"] = int(period.total_seconds())
+        if self.dialect.client_clock:
+            params["table"] = self.spec.table
+        else:
+            if self._id_seq is None:  # threads racing here all read the same name
+                row = self._rows(ex, "unique_id_sequence", {}, ValueRow)[0]
+                self._id_seq = str(row.value)
+            params["id_seq"] = self._id_seq
+        return params
 
     def _push_unique(self, ex: Executor, params: dict[str, Any], key: str) -> Pushed:
         """One push of a unique item: written, or its key's holder (read again if the holder
         finished between the two statements, at most a few times)."""
-        params = {**params, **self._unique_params(), "unique_key": key, **self._clock()}
-        if self.dialect.client_clock:  # SQLite: the data table's AUTOINCREMENT row
-            params["table"] = self.spec.table
+        params = {**params, **self._unique_params(ex), "unique_key": key, **self._clock()}
         for _ in range(HOLDER_TRIES):
-            row = self._rows(ex, "push_unique", params, KeyRow)[0]
+            row = self._rows(ex, "push_unique", params, UniquePushRow)[0]
             if row.id is not None:
                 self._wake(ex)
                 return Pushed(int(row.id))
+            if row.holder is not None:  # an item the push's snapshot sees
+                return Pushed(int(row.holder), duplicate=True)
             holders = self._holders(ex, [row.key])
             if row.key in holders:
                 return Pushed(holders[row.key], duplicate=True)
@@ -296,7 +320,7 @@ class SplitQueue(Layout):
         keys: list[str | None],
         schedule: dict[str, Any],
     ) -> list[Pushed]:
-        params = {**schedule, **self._unique_params(), "count": len(chunk), "keys": keys}
+        params = {**schedule, **self._unique_params(ex), "count": len(chunk), "keys": keys}
         for i, column in enumerate(zip(*chunk, strict=True)):
             params[f"c{i}"] = list(column)
         rows = self._rows(ex, "push_many_unique", params, KeyRow)

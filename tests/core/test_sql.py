@@ -84,9 +84,10 @@ def test_every_dialect_defines_the_same_statements(layout: str) -> None:
     names = {d: set(load(d, layout)) for d in DIALECTS}
     # Except what needs writable CTEs, which the core composes from other statements.
     ack_pops = {f"{layout}_ack_pop", f"{layout}_ack_pop_done"}
-    # SQLite has no array parameters: the core pushes a unique batch row by row.
-    arrays = {"split_push_many_unique"}
-    assert names["postgresql"] - ack_pops - arrays - compaction(layout) == names["sqlite"]
+    # SQLite has no array parameters (the core pushes a unique batch row by row) and no
+    # identity sequence (its unique push takes the AUTOINCREMENT's next id).
+    unique = {"split_push_many_unique", "split_unique_id_sequence"}
+    assert names["postgresql"] - ack_pops - unique - compaction(layout) == names["sqlite"]
     assert len(names["postgresql"]) >= 12
     for name in names["postgresql"]:
         assert name.startswith(f"{layout}_")
@@ -105,7 +106,8 @@ def test_the_split_layout_has_every_operation_the_queue_runs() -> None:
                 "split_ack_done", "split_pop_done"}  # fmt: skip
     # split_ack_pop needs writable CTEs (PostgreSQL); elsewhere the core runs ack + pop in one
     # transaction instead.
-    postgresql_only = {"split_ack_pop", "split_ack_pop_done", "split_push_many_unique"}
+    postgresql_only = {"split_ack_pop", "split_ack_pop_done", "split_push_many_unique",
+                       "split_unique_id_sequence"}  # fmt: skip
     postgresql_only |= compaction("split")
     assert set(load("postgresql", "split")) == expected | postgresql_only
     assert set(load("sqlite", "split")) == expected
@@ -305,7 +307,7 @@ def _pg_values() -> dict[str, Any]:
         "max_attempts": 3, "lock_key": 42, "error": "e", "state": None, "channel": "dbqueue_q",
         "commit": "off", "lock_timeout": "20ms", "compact_key": 43, "due": True,
         "older_than": second, "in_slots": True, "slot_state": None, "table": "q", "id": 1,
-        "unique_key": "k", "keys": ["k"],
+        "unique_key": "k", "keys": ["k"], "id_seq": "pg_class",
     }  # fmt: skip
 
 

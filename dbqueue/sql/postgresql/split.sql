@@ -38,16 +38,18 @@ SELECT id FROM d ORDER BY id;
 
 -- split_push_unique --
 -- A push into a unique queue (dbqueue.unique): the meta row first, its id taken from the data
--- table's identity sequence, and skipped (ON CONFLICT DO NOTHING) when an item holds the key:
--- the unique index makes a concurrent pusher of the same key wait for this transaction, then
--- skip. The data row follows only a meta row written. One row: the id (NULL for a duplicate,
--- whose holder dbqueue.split reads in a statement of its own, as this one's snapshot may
--- predate it) and the key as stored.
+-- table's identity sequence (%(id_seq)s, which dbqueue.split reads once: looking it up in every
+-- push, pg_get_serial_sequence() cost a single push 12 %), and skipped (ON CONFLICT DO
+-- NOTHING) when an item holds the key: the unique index makes a concurrent pusher of the same
+-- key wait for this transaction, then skip. The data row follows only a meta row written. One
+-- row: the id written (NULL for a duplicate), the key as stored, and the holder if this
+-- statement's snapshot sees it (the usual duplicate, of an item pushed before; NULL for one
+-- whose pusher committed while this statement waited, which dbqueue.split then reads).
 WITH k AS (
     SELECT {unique_value} AS key
 ), m AS (
     INSERT INTO {meta} (id, state, priority, run_at, attempts, unique_key)
-    SELECT nextval((SELECT pg_get_serial_sequence({data_name}, 'id'))::regclass), {state_ready}, %(priority)s,
+    SELECT nextval(%(id_seq)s::regclass), {state_ready}, %(priority)s,
            COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0, k.key
     FROM k
     ON CONFLICT DO NOTHING
@@ -57,7 +59,14 @@ WITH k AS (
     SELECT m.id, {payload_params}statement_timestamp() FROM m
     RETURNING id
 )
-SELECT d.id, k.key FROM k LEFT JOIN d ON true;
+SELECT d.id, k.key,
+       (SELECT h.id FROM {meta} AS h WHERE h.unique_key = k.key AND {unique_held}) AS holder
+FROM k LEFT JOIN d ON true;
+
+-- split_unique_id_sequence --
+-- The data table's identity sequence, for the unique pushes' ids (one look per queue and
+-- database, see split_push_unique).
+SELECT pg_get_serial_sequence({data_name}, 'id') AS value;
 
 -- split_push_many_unique --
 -- split_push_unique for a batch: one array per column and one of keys, in input order; a row
@@ -66,7 +75,7 @@ SELECT d.id, k.key FROM k LEFT JOIN d ON true;
 -- planner's guess of a join's rows multiplies, and at its guess of millions PostgreSQL's JIT
 -- compiled the statement for a second per batch of 1,000 (IN keeps every guess at the batch's).
 WITH r AS (
-    SELECT s.*, nextval((SELECT pg_get_serial_sequence({data_name}, 'id'))::regclass) AS id
+    SELECT s.*, nextval(%(id_seq)s::regclass) AS id
     FROM (
         SELECT r.*, {unique_value_r} AS stored_key FROM {keyed_source} ORDER BY r.ord
     ) AS s

@@ -26,14 +26,15 @@ RETURNING id;
 -- See postgresql/split.sql. The first INSERT makes this connection SQLite's one writer. The
 -- meta row first, unless an item holds the key (INSERT OR IGNORE), with the next id of the
 -- data table's AUTOINCREMENT (sqlite_sequence, the largest id it ever handed out); the data row
--- only if the meta row was written (changes()). One row: the id (NULL for a duplicate) and the
--- key as stored.
+-- only if the meta row was written (changes()). One row: the id (NULL for a duplicate), the
+-- key as stored, and the holder of a duplicate's key.
 INSERT OR IGNORE INTO {meta} (id, state, priority, run_at, attempts, unique_key)
 VALUES ({next_data_id}, {state_ready}, :priority, :run_at, 0, {unique_value});
 INSERT INTO {data} (id, {insert_columns})
 SELECT {next_data_id}, {payload_params}:now WHERE changes() = 1;
 SELECT CASE WHEN changes() = 1 THEN (SELECT seq FROM sqlite_sequence WHERE name = :table) END AS id,
-       {unique_value} AS key;
+       {unique_value} AS key,
+       (SELECT h.id FROM {meta} AS h WHERE h.unique_key = {unique_value} AND {unique_held}) AS holder;
 
 -- split_unique_holders --
 SELECT id, unique_key FROM {meta}
