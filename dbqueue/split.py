@@ -214,7 +214,9 @@ class SplitQueue(Layout):
         unique = self.spec.options.is_unique
         if unique:  # read once: the keys come from the rows too
             rows = payload_rows(rows)
-        encoded = self.codec.encode_many(rows)
+            encoded = [self.codec.encode(r) for r in rows]
+        else:
+            encoded = self.codec.encode_many(rows)
         size = positive("batch_size", batch_size, self.spec.options.push_many_batch)
         if not encoded:
             return []
