@@ -9,7 +9,8 @@ in autocommit (a push is its own transaction, as in a view that pushes and retur
 - ``push_many`` of 1,000 rows per statement: plain, unique with every key new, and unique with
   half of the keys held already.
 
-Each figure is the median of ``--repeat`` runs, the queue emptied before each. Output:
+Each figure is the median of ``--repeat`` rounds, each of which runs every case once (the
+queue emptied before each run): on a shared machine the cases drift alike. Output:
 ``bench/reports/<date>-unique-push.md`` and ``.json``.
 """
 
@@ -47,14 +48,6 @@ BATCH_PLAIN = "push_many 1,000, plain queue"
 def _queue(name: str) -> SplitQueue:
     spec = QueueSpec(f"bench_unique_{name}", FIELDS, QUEUES[name])
     return SplitQueue(spec, get_dialect("postgresql"))
-
-
-def _runs(repeat: int, empty: Callable[[], None], run: Callable[[], float]) -> list[float]:
-    out = []
-    for _ in range(repeat):
-        empty()
-        out.append(run())
-    return out
 
 
 def measure(dsn: str, singles: int, batches: int, repeat: int) -> dict[str, Any]:
@@ -110,11 +103,17 @@ def measure(dsn: str, singles: int, batches: int, repeat: int) -> dict[str, Any]
             "push_many 1,000, unique queue, new keys": (unique, batches_run(unique, 0)),
             "push_many 1,000, unique queue, half held": (unique, batches_run(unique, 0.5)),
         }
-        for label, (q, run) in cases.items():
-            runs = _runs(repeat, empty(q), run)
+        # Interleaved: each round runs every case once, so a drift of the machine (a shared
+        # one, or the WAL disk) falls on all of them alike.
+        runs: dict[str, list[float]] = {label: [] for label in cases}
+        for _ in range(repeat):
+            for label, (q, run) in cases.items():
+                empty(q)()
+                runs[label].append(run())
+        for label, rates in runs.items():
             results[label] = {
-                "runs": [round(r) for r in runs],
-                "median": round(statistics.median(runs)),
+                "runs": [round(r) for r in rates],
+                "median": round(statistics.median(rates)),
             }
             print(f"{label}: {results[label]['median']:,} /s", flush=True)
         for q in queues.values():
@@ -129,8 +128,9 @@ def markdown(meta: dict[str, Any], results: dict[str, Any]) -> str:
         "",
         f"{meta['started']}, {meta['server']}; load average {meta['load'][0]:.1f} → "
         f"{meta['load'][1]:.1f} on {meta['cpus']} CPUs; source {meta['source']}; "
-        f"{meta['repeat']} runs each, median shown. Single pushes: {meta['singles']:,} per run, "
-        f"each its own transaction; push_many: {meta['batches']} batches of 1,000 rows.",
+        f"{meta['repeat']} interleaved rounds, median shown. Single pushes: "
+        f"{meta['singles']:,} per run, each its own transaction; push_many: "
+        f"{meta['batches']} batches of 1,000 rows.",
         "",
         "| case | per second | vs plain |",
         "|---|---:|---:|",
@@ -146,7 +146,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.unique_push", description=__doc__)
     parser.add_argument("--singles", type=int, default=5_000, help="single pushes per run")
     parser.add_argument("--batches", type=int, default=20, help="push_many batches per run")
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--out", type=Path, help="report path without suffix")
     args = parser.parse_args(argv)
     env = bench_env.start(quick=False, sync_commit=True, scale=None)
