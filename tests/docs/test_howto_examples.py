@@ -1,5 +1,5 @@
-"""The runnable example of docs/howto/cancellation.md runs as printed, and prints what the
-page says it prints."""
+"""The runnable examples of the how-to pages run as printed, and print what the pages say
+they print (the comment after each print)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,20 @@ from pathlib import Path
 
 import pytest
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "howto" / "cancellation.md"
+HOWTO = Path(__file__).resolve().parents[2] / "docs" / "howto"
+#: The pages whose first Python block is a runnable example.
+PAGES = ["cancellation.md", "unique.md"]
 
 pytestmark = pytest.mark.sqlite
 
 
-def test_the_runnable_example_runs_as_printed() -> None:
-    text = PAGE.read_text("utf-8")
+@pytest.mark.parametrize("page", PAGES)
+def test_the_runnable_example_runs_as_printed(page: str) -> None:
+    path = HOWTO / page
+    text = path.read_text("utf-8")
     example = re.findall(r"```python\n(.*?)```", text, re.S)[0]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(example, str(PAGE), "exec"), {})  # the page is ours
+        exec(compile(example, str(path), "exec"), {})  # the page is ours
     promised = re.findall(r"print\(.*\)  # (.*)", example)
     assert out.getvalue().splitlines() == promised
