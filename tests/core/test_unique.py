@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from dbqueue.executor import Executor
 from dbqueue.schema import create_statements
 from dbqueue.spec import options_from
 from dbqueue.unique import DIGEST_PREFIX, MAX_KEY_LENGTH, derived_key, index_predicate
+from tests.races import race_one_key
 
 FIELDS = (
     Field("order_id", FieldKind.INTEGER),
@@ -307,9 +308,8 @@ def test_a_ring_push_with_a_key_is_refused(sqlite_path: str) -> None:
 def test_pushers_of_one_key_in_open_transactions_make_one_item(
     pg_dsn: str, table_name: str
 ) -> None:
-    """Eight pushers of one key, each in a transaction of its own: the first to write keeps its
-    transaction open until the seven others are seen waiting for it on the unique index; then
-    it commits and each of them returns its item. No error, one item."""
+    """Eight pushers of one key, each in a transaction of its own (tests/races.py): no error,
+    one item, every push returns it."""
     dialect = get_dialect("postgresql")
     spec = QueueSpec(table_name, FIELDS, QueueOptions(unique=("order_id",)))
     q = SplitQueue(spec, dialect)
@@ -317,45 +317,13 @@ def test_pushers_of_one_key_in_open_transactions_make_one_item(
         ex = executor_for(dialect, setup)
         for statement in create_statements(spec, dialect):
             ex.execute(statement, {})
-    pushers, app = 8, f"race_{table_name}"
-    results: list[Pushed] = []
-    errors: list[BaseException] = []
-    seen_waiting: list[int] = []
 
-    def waiting(conn: psycopg.Connection[Any]) -> int:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-            "AND wait_event_type = 'Lock'",
-            [app],
-        ).fetchone()
-        return int(row[0]) if row else 0
+    def push(hold: Callable[[Pushed], None]) -> None:
+        with psycopg.connect(pg_dsn) as conn:  # commits at exit
+            hold(q.push(executor_for(dialect, conn), {"order_id": 42}))
 
-    def push() -> None:
-        try:
-            with psycopg.connect(pg_dsn, application_name=app) as conn:  # commits at exit
-                pushed = q.push(executor_for(dialect, conn), {"order_id": 42})
-                results.append(pushed)
-                if not pushed.duplicate:
-                    with psycopg.connect(pg_dsn, autocommit=True) as watch:
-                        for _ in range(3000):  # at most 30 s: the others are starting
-                            if waiting(watch) == pushers - 1:
-                                break
-                            threading.Event().wait(0.01)
-                        seen_waiting.append(waiting(watch))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=push) for _ in range(pushers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(90)
     try:
-        assert not errors
-        assert seen_waiting == [pushers - 1]  # the race happened: all waited for the holder
-        assert len(results) == pushers
-        assert len(set(results)) == 1
-        assert sum(not r.duplicate for r in results) == 1
+        race_one_key(8, {"conninfo": pg_dsn}, spec.meta_table, push)
         with psycopg.connect(pg_dsn, autocommit=True) as check:
             row = check.execute(f'SELECT count(*) FROM "{spec.table}"').fetchone()
             assert row is not None and row[0] == 1

@@ -6,11 +6,9 @@ What ``makemigrations`` writes is in test_unique_migrations.py."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
 import pytest
 from asgiref.sync import async_to_sync
 from django.apps.registry import Apps
@@ -25,6 +23,7 @@ from dbqueue_django.queue import DjangoQueue
 from dbqueue_django.spec import has_unique_keys, spec_for_model
 from tests.django.admin_users import login_superuser
 from tests.django.testapp.models import Ping, QueuedUniqueJob, StoredUniqueJob, UniqueJob
+from tests.races import race_one_key
 
 pytestmark = [
     pytest.mark.django,
@@ -255,60 +254,27 @@ def test_a_queue_without_keys_shows_no_key_column(routed: str, superuser: Client
 # -- pushers racing -------------------------------------------------------------------------
 
 
-def lock_waiters(alias: str) -> Callable[[], int]:
-    """How many sessions of ``alias``'s database wait for a lock, as another connection sees
-    them (a session's own view of pg_stat_activity is frozen for its transaction)."""
+def conninfo(alias: str) -> dict[str, Any]:
+    """psycopg.connect()'s arguments for ``alias``'s database."""
     params = connections[alias].get_connection_params()
     keys = ("dbname", "user", "password", "host", "port")
-    conn = psycopg.connect(**{k: params[k] for k in keys if params.get(k)}, autocommit=True)
-
-    def count() -> int:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        ).fetchone()
-        return int(row[0]) if row else 0
-
-    count.close = conn.close  # type: ignore[attr-defined]
-    return count
+    return {k: params[k] for k in keys if params.get(k)}
 
 
 @pytest.mark.postgresql
 @pytest.mark.parametrize("alias", ["default"])
 def test_pushers_of_one_key_in_open_transactions_make_one_item(alias: str) -> None:
-    """Six threads, each on its own Django connection, push one key in an atomic block: the
-    first to write keeps its block open until the five others are seen waiting for it on the
-    unique index, then commits; each of them returns its item. No error, one item."""
-    pushers, waiters = 6, lock_waiters(alias)
-    results: list[Pushed] = []
-    errors: list[BaseException] = []
-    seen_waiting: list[int] = []
+    """Six threads, each on its own Django connection, push one key in an atomic block
+    (tests/races.py): no error, one item, every push returns it."""
 
-    def push() -> None:
+    def push(hold: Callable[[Pushed], None]) -> None:
         try:
             with transaction.atomic(using=alias):
-                pushed = UniqueJob.queue.using(alias).push(account="race")
-                results.append(pushed)
-                if not pushed.duplicate:
-                    for _ in range(3000):  # at most 30 s: the others are starting
-                        if waiters() == pushers - 1:
-                            break
-                        threading.Event().wait(0.01)
-                    seen_waiting.append(waiters())
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+                hold(UniqueJob.queue.using(alias).push(account="race"))
         finally:
             connections.close_all()  # this thread's connections
 
-    threads = [threading.Thread(target=push) for _ in range(pushers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(90)
-    waiters.close()  # type: ignore[attr-defined]
-    assert not errors
-    assert seen_waiting == [pushers - 1]  # the race happened: all waited for the holder
-    assert len(results) == pushers and len(set(results)) == 1
-    assert sum(not r.duplicate for r in results) == 1
+    meta = UniqueJob.queue_meta_model._meta.db_table
+    race_one_key(6, conninfo(alias), meta, push)
     assert UniqueJob.queue.using(alias).count() == 1
     assert UniqueJob.objects.using(alias).count() == 1

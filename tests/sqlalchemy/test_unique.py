@@ -6,7 +6,6 @@ test_unique_migrations.py."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -18,6 +17,7 @@ from dbqueue.errors import InvalidArgument, InvalidSpec
 from dbqueue.message import State
 from dbqueue.unique import Pushed, UniqueScope
 from dbqueue_sa import QueueMixin, RingQueueMixin
+from tests.races import race_one_key
 from tests.sqlalchemy.conftest import async_url
 from tests.sqlalchemy.models import Job
 from tests.sqlalchemy.unique_jobs import QueuedUniqueJob, StoredUniqueJob, UniqueBase, UniqueJob
@@ -223,56 +223,19 @@ def test_stored_holds_a_given_key_until_the_row_is_gone(session: Session) -> Non
 # -- pushers racing -------------------------------------------------------------------------
 
 
-def lock_waiters(engine: sa.Engine) -> Callable[[], int]:
-    """How many sessions of the engine's database wait for a lock, as a connection of its own
-    sees them (a session's view of pg_stat_activity is frozen for its transaction)."""
-
-    def count() -> int:
-        with engine.connect() as conn:
-            return int(
-                conn.exec_driver_sql(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock'"
-                ).scalar_one()
-            )
-
-    return count
-
-
 @pytest.mark.postgresql
 @pytest.mark.parametrize("backend", ["postgresql"])
 def test_pushers_of_one_key_in_open_transactions_make_one_item(unique_engine: sa.Engine) -> None:
-    """Six threads, each with a Session of its own, push one key in ``session.begin()``: the
-    first to write keeps its transaction open until the five others are seen waiting for it
-    on the unique index, then commits; each of them returns its item. No error, one item."""
-    pushers, waiters = 6, lock_waiters(unique_engine)
-    results: list[Pushed] = []
-    errors: list[BaseException] = []
-    seen_waiting: list[int] = []
+    """Six threads, each with a Session of its own, push one key in ``session.begin()``
+    (tests/races.py): no error, one item, every push returns it."""
 
-    def push() -> None:
-        try:
-            with Session(unique_engine) as session, session.begin():
-                pushed = UniqueJob.queue.push(session, account="race")
-                results.append(pushed)
-                if not pushed.duplicate:
-                    for _ in range(3000):  # at most 30 s: the others are starting
-                        if waiters() == pushers - 1:
-                            break
-                        threading.Event().wait(0.01)
-                    seen_waiting.append(waiters())
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+    def push(hold: Callable[[Pushed], None]) -> None:
+        with Session(unique_engine) as session, session.begin():
+            hold(UniqueJob.queue.push(session, account="race"))
 
-    threads = [threading.Thread(target=push) for _ in range(pushers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(90)
-    assert not errors
-    assert seen_waiting == [pushers - 1]  # the race happened: all waited for the holder
-    assert len(results) == pushers and len(set(results)) == 1
-    assert sum(not r.duplicate for r in results) == 1
+    url = unique_engine.url.set(drivername="postgresql")
+    conninfo = {"conninfo": url.render_as_string(hide_password=False)}
+    race_one_key(6, conninfo, UniqueJob.__queue_meta__.name, push)
     with Session(unique_engine) as session:
         assert UniqueJob.queue.count(session) == 1
         assert session.scalar(sa.select(sa.func.count()).select_from(UniqueJob)) == 1
