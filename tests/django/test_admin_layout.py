@@ -22,7 +22,16 @@ from tests.django.admin_items import failed_ping as failed
 from tests.django.admin_items import failed_task, failed_tick
 from tests.django.admin_users import login_superuser
 from tests.django.routing import OneDatabase
-from tests.django.testapp.models import Job, KeptJob, Ping, RingJob, Tick
+from tests.django.testapp.models import (
+    Job,
+    KeptJob,
+    Ping,
+    QueuedUniqueJob,
+    RingJob,
+    StoredUniqueJob,
+    Tick,
+    UniqueJob,
+)
 from tests.django.tracebacks import stored
 
 pytestmark = [
@@ -81,6 +90,11 @@ def fill_queues() -> dict[str, int]:
     RingJob.queue.fail(RingJob.queue.pop_batch(1), refused, retry=False)
     ids["tick"] = failed_tick("DEADBEEF", refused)
     Tick.queue.push_many([{"symbol": "ACME", "price": Decimal("12345678.1234")}] * 3)
+    # Unique queues list their keys: the longest a key is stored as (a digest beyond that).
+    UniqueJob.queue.push_many([{"account": "a" * 50, "kind": f"k{i}" * 10} for i in range(3)])
+    QueuedUniqueJob.queue.push_many([{"tag": f"{i}" + UNBROKEN[:49]} for i in range(3)])
+    for i in range(3):
+        StoredUniqueJob.queue.push(tag="t", unique_key=f"{i}" + "k" * 254)
     ids["task"] = failed_task("emails", refused, runs=2)
     since = dt.datetime(2026, 11, 27, 2, 0, tzinfo=dt.UTC)
     for i in range(3):
