@@ -211,16 +211,16 @@ class SplitQueue(Layout):
         gets that item's id, with ``duplicate`` True.
         """
         schedule = self._schedule(priority, delay, run_at)
-        unique = self.spec.options.is_unique
-        if unique:  # read once: the keys come from the rows too
-            rows = payload_rows(rows)
-            encoded = [self.codec.encode(r) for r in rows]
+        payloads: list[Mapping[str, Any]] = []
+        if self.spec.options.is_unique:  # read once: the keys come from the rows too
+            payloads = payload_rows(rows)
+            encoded = [self.codec.encode(r) for r in payloads]
         else:
             encoded = self.codec.encode_many(rows)
         size = positive("batch_size", batch_size, self.spec.options.push_many_batch)
         if not encoded:
             return []
-        keys = self._keys(list(rows)) if unique else [None]
+        keys = self._keys(payloads) if payloads else [None]
         if keys[0] is not None:
             pushed = self._push_many_unique(ex, encoded, keys, schedule, size)
             self._wake(ex)

@@ -137,12 +137,11 @@ def unique_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     """The fragments of unique items (:mod:`dbqueue.unique`): the key a push stores (with its
     period's start, if the queue has one), the condition of an item holding its key, the
     condition of a retried item's key being free, and what a lease does to the key (a queue
-    whose scope is "queued" drops it). Neutral text for a queue that is not unique."""
+    whose scope is "queued" drops it). For a queue that is not unique, neutral text for the
+    two that statements of every queue use."""
     options = spec.options
-    if not options.is_unique:
-        return {"release_key": "", "unique_free": "true", "unique_held": "false",
-                "unique_value": "NULL", "unique_value_r": "NULL", "data_name": "NULL",
-                "next_data_id": "NULL"}  # fmt: skip
+    if not options.is_unique:  # render() leaves the unique statements out
+        return {"release_key": "", "unique_free": "true"}
     meta = dialect.quote(spec.meta_table)
     scope = options.unique_scope_mode
     held = index_predicate(scope)
