@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
 from dbqueue.backoff import Backoff
-from dbqueue.errors import InvalidSpec
+from dbqueue.errors import InvalidArgument, InvalidSpec, shown
 from dbqueue.schedules import Schedule, queue_schedules
 from dbqueue.unique import UniqueScope
 
@@ -27,6 +27,8 @@ MAX_IDENTIFIER_BYTES = 63
 #: The longest suffix any layout appends to the table name (``<t>_push_seq`` needs 9).
 LONGEST_SUFFIX = max(len(s) for s in ("_meta", "_push_seq", "_pop_seq", "_failed", "_stage"))
 MAX_TABLE_NAME = MAX_IDENTIFIER_BYTES - LONGEST_SUFFIX
+#: A consumer group's meta table is ``<table>_meta_<group>`` (see QueueSpec.for_group).
+GROUP_META_INFIX = "_meta_"
 
 #: Column names the layouts use themselves; a payload field cannot take them.
 RESERVED_NAMES = frozenset(
@@ -56,6 +58,22 @@ SPLIT_HINT = (
     "a ring queue reuses its slots, so it cannot keep delivered messages; remove it, or "
     "declare a split queue (Django: QueueModel, SQLAlchemy: QueueMixin)"
 )
+
+
+#: How to fix a ring declaration that declares consumer groups.
+GROUPS_RING_HINT = (
+    "consumer groups are built on split queues so far: each group has a meta table of its own "
+    "over the one data table; declare a split queue (Django: QueueModel, SQLAlchemy: "
+    "QueueMixin) for fan-out"
+)
+#: Why a queue cannot have both unique items and consumer groups.
+GROUPS_UNIQUE_HINT = (
+    "a unique key is held by an item's meta row, and a queue with consumer groups has one meta "
+    "row per group: declare unique items on a queue without groups"
+)
+#: The most consumer groups a queue may have: an ack in one group checks every other group's
+#: table before it removes an item's payload (dbqueue.split, "Consumer groups").
+MAX_GROUPS = 32
 
 
 #: How to fix a ring declaration that asks for unique items.
@@ -195,6 +213,10 @@ class QueueOptions:
     #: Split queues only: one item per key per period (aligned windows, e.g. one per hour of
     #: the clock), on top of the scope.
     unique_period: timedelta | None = None
+    #: Split queues only: fan-out. Each item pushed is delivered once to each of these named
+    #: consumer groups, each with its own leases, retries, failed items and workers (see
+    #: :meth:`QueueSpec.for_group`); its payload is stored once. A name is accepted.
+    groups: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         attempts = self.max_attempts
@@ -240,6 +262,26 @@ class QueueOptions:
             raise InvalidSpec(f"keep_done is an option of split queues only; {SPLIT_HINT}")
         object.__setattr__(self, "schedule", queue_schedules(self.schedule))
         self._resolve_unique()
+        self._resolve_groups()
+
+    def _resolve_groups(self) -> None:
+        """Store ``groups`` as a tuple of checked names, or raise InvalidSpec (their length is
+        checked by QueueSpec, which knows the table's name)."""
+        declared: Any = self.groups
+        names = (declared,) if isinstance(declared, str) else declared
+        if not isinstance(names, tuple | list) or not all(isinstance(n, str) for n in names):
+            raise InvalidSpec(f"groups must be a tuple of group names, got {self.groups!r}")
+        for name in names:
+            check_identifier(name, "consumer group name")
+        if len(set(names)) != len(names):
+            raise InvalidSpec(f"groups names a group twice: {self.groups!r}")
+        if len(names) > MAX_GROUPS:
+            raise InvalidSpec(f"a queue has at most {MAX_GROUPS} consumer groups, got {len(names)}")
+        object.__setattr__(self, "groups", tuple(names))
+        if names and self.capacity is not None:
+            raise InvalidSpec(f"groups: {GROUPS_RING_HINT}")
+        if names and self.is_unique:
+            raise InvalidSpec(f"groups and unique items cannot be combined: {GROUPS_UNIQUE_HINT}")
 
     @property
     def is_unique(self) -> bool:
@@ -410,9 +452,17 @@ class QueueSpec:
     table: str
     fields: tuple[Field, ...]
     options: QueueOptions = field(default_factory=QueueOptions)
+    #: The consumer group whose deliveries this spec's operations serve (one of
+    #: ``options.groups``; see :meth:`for_group`), or None: the queue as a whole.
+    group: str | None = None
 
     def __post_init__(self) -> None:
         check_identifier(self.table, "queue table name", MAX_TABLE_NAME)
+        room = MAX_IDENTIFIER_BYTES - len(f"{self.table}{GROUP_META_INFIX}".encode())
+        for name in self.options.groups:
+            check_identifier(name, f"consumer group of queue {self.table!r}", room)
+        if self.group is not None and self.group not in self.options.groups:
+            raise InvalidSpec(self._unknown_group(self.group))
         seen: set[str] = set()
         for f in self.fields:
             check_identifier(f.name, f"field name of queue {self.table!r}")
@@ -440,7 +490,38 @@ class QueueSpec:
 
     @property
     def meta_table(self) -> str:
+        """The meta table: ``<table>_meta``, or for a consumer group ``<table>_meta_<group>``."""
+        if self.group is not None:
+            return f"{self.table}{GROUP_META_INFIX}{self.group}"
         return f"{self.table}_meta"
+
+    @property
+    def fans_out(self) -> bool:
+        """Whether this is a queue with consumer groups as a whole: its pushes go to every
+        group, and its deliveries are reached through :meth:`for_group`."""
+        return bool(self.options.groups) and self.group is None
+
+    @property
+    def group_meta_tables(self) -> tuple[str, ...]:
+        """The meta table of each consumer group, in declaration order (none without groups)."""
+        return tuple(self.for_group(g).meta_table for g in self.options.groups)
+
+    def for_group(self, name: str) -> QueueSpec:
+        """This queue as seen by consumer group ``name``: its operations lease, ack, fail and
+        count that group's deliveries only. InvalidArgument for a group not declared."""
+        if name not in self.options.groups:
+            raise InvalidArgument(self._unknown_group(name))
+        return replace(self, group=name)
+
+    def _unknown_group(self, name: object) -> str:
+        groups = self.options.groups
+        return (
+            f"queue {self.table!r} has no consumer group {shown(name)}; its groups: "
+            f"{', '.join(groups)}"
+            if groups
+            else f"queue {self.table!r} has no consumer groups (QueueOptions.groups), so no "
+            f"group {shown(name)}"
+        )
 
     @property
     def failed_table(self) -> str:
@@ -477,13 +558,16 @@ class QueueSpec:
         return tuple(f.name for f in self.fields)
 
     def index_name(self, purpose: str) -> str:
-        """The name of this queue's ``purpose`` index (see :func:`index_name`)."""
-        return index_name(self.table, purpose)
+        """The name of this queue's ``purpose`` index (see :func:`index_name`); a consumer
+        group's indexes are named after its meta table."""
+        return index_name(self.table if self.group is None else self.meta_table, purpose)
 
     @property
     def lock_key(self) -> int:
-        """A signed 64-bit advisory-lock key, stable across processes, for this queue."""
-        return advisory_key(f"dbqueue:{self.table}")
+        """A signed 64-bit advisory-lock key, stable across processes, for this queue (for a
+        consumer group: for that group's deliveries)."""
+        suffix = "" if self.group is None else f":{self.group}"
+        return advisory_key(f"dbqueue:{self.table}{suffix}")
 
 
 def advisory_key(name: str) -> int:

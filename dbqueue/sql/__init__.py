@@ -51,6 +51,8 @@ def fragments(dialect: str, file: str) -> dict[str, str]:
 UNIQUE_STATEMENT = "unique"
 #: The file whose fragments the statements of every layout of a dialect may use.
 COMMON = "common"
+#: The file whose statements replace the split layout's for a queue with consumer groups.
+GROUPS = "split_groups"
 
 
 @cache
@@ -130,6 +132,54 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         # unnest_source with the rows' unique keys as column `key` (dbqueue.unique).
         "keyed_source": keyed_source,
         **unique_context(spec, dialect),
+        **group_context(spec, dialect),
+    }
+
+
+def group_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
+    """The fragments of consumer groups (``split_groups.sql``), neutral for a queue without:
+
+    - ``fan_out``: a push's meta row written in every group's table (PostgreSQL: one CTE per
+      group, from the push's row ``r``; SQLite: one statement per group, of ``:ids``);
+    - ``data_unheld``: of a data row ``d`` whose item this group has just removed, that no other
+      group holds it (``true`` without groups: the item is gone);
+    - where a delivery's last error lives: the group's meta row, since the data row is shared
+      (``error``, the column a pop returns; ``m_error``, that column in a meta CTE's RETURNING;
+      ``set_error``/``set_error_tok``, what fail and rescue write into the meta row;
+      ``shared_errors``, whether they write the data row's instead; SQLite's ``error_table``).
+    """
+    q = dialect.quote
+    meta, data = q(spec.meta_table), q(spec.table)
+    others = [t for t in spec.group_meta_tables if t != spec.meta_table]
+    grouped = spec.group is not None
+    pg = dialect.supports_writable_cte
+    shared_error = (
+        "d.last_error" if pg else f"(SELECT d.last_error FROM {data} AS d WHERE d.id = {meta}.id)"
+    )
+    if pg:
+        fan_out = "".join(
+            f", g{i} AS (\n    INSERT INTO {q(t)} (id, state, priority, run_at, attempts)\n"
+            f"    SELECT id, state, priority, run_at, 0 FROM r\n)"
+            for i, t in enumerate(spec.group_meta_tables)
+        )
+    else:
+        fan_out = ";\n".join(
+            f"INSERT INTO {q(t)} (id, state, priority, run_at, attempts)\n"
+            f"SELECT value, {int(State.READY)}, :priority, :run_at, 0 FROM json_each(:ids)"
+            for t in spec.group_meta_tables
+        )
+    return {
+        "fan_out": fan_out,
+        "data_unheld": " AND ".join(
+            f"NOT EXISTS (SELECT 1 FROM {q(t)} AS h WHERE h.id = d.id)" for t in others
+        )
+        or "true",
+        "error": ("m.last_error" if pg else "last_error") if grouped else shared_error,
+        "m_error": ", m.last_error" if grouped else "",
+        "set_error": ", last_error = %(error)s" if grouped else "",
+        "set_error_tok": ", last_error = tok.error" if grouped else "",
+        "shared_errors": "false" if grouped else "true",
+        "error_table": meta if grouped else data,
     }
 
 
@@ -247,13 +297,19 @@ def render(
     if file != "split":
         context.update(ring_context(spec, dialect))
     context.update(extra or {})
-    shared = fragments(dialect.name, COMMON)
-    for name, text in {**shared, **fragments(dialect.name, file)}.items():
+    raw = fragments(dialect.name, file)
+    statements = load(dialect.name, file)
+    if file == "split" and spec.options.groups:
+        # A queue with consumer groups: split_groups.sql's statements replace split.sql's.
+        raw.update(fragments(dialect.name, GROUPS))
+        statements.update(load(dialect.name, GROUPS))
+    for name, text in {**fragments(dialect.name, COMMON), **raw}.items():
         context[name] = text.format(**context)
     unique = spec.options.is_unique
     return {
-        name: Statement(name, tuple(part.format(**context) for part in parts))
-        for name, parts in load(dialect.name, file).items()
+        # Split again once rendered: a fragment (SQLite's fan_out) may hold several statements.
+        name: Statement(name, tuple(p for part in parts for p in _split(part.format(**context))))
+        for name, parts in statements.items()
         # A queue without unique items has no unique_key column for those to name.
         if unique or UNIQUE_STATEMENT not in name
     }

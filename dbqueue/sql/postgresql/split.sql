@@ -121,12 +121,12 @@ m AS (
         lease_until = statement_timestamp() + %(lease)s::interval{release_key}
     FROM picked
     WHERE m.id = picked.id AND {_relaxed}
-    RETURNING m.id, m.attempts, m.priority, m.run_at, m.lease_until
+    RETURNING m.id, m.attempts, m.priority, m.run_at, m.lease_until{m_error}
 )
 
 -- split_pop_leased --
 WITH {_picked}, {_leased}
-SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at, d.last_error{d_payload}
+SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at, {error}{d_payload}
 FROM m LEFT JOIN {data} AS d ON d.id = m.id
 ORDER BY m.priority DESC, m.run_at, m.id;
 
@@ -156,9 +156,9 @@ WITH {_picked}, m AS (
         lease_until = NULL
     FROM picked
     WHERE m.id = picked.id
-    RETURNING m.id, m.attempts, m.priority, picked.run_at
+    RETURNING m.id, m.attempts, m.priority, picked.run_at{m_error}
 )
-SELECT m.id, m.attempts, m.priority, m.run_at, NULL::timestamptz, d.enqueued_at, d.last_error{d_payload}
+SELECT m.id, m.attempts, m.priority, m.run_at, NULL::timestamptz, d.enqueued_at, {error}{d_payload}
 FROM m LEFT JOIN {data} AS d ON d.id = m.id
 ORDER BY m.priority DESC, m.run_at, m.id;
 
@@ -198,7 +198,7 @@ tok AS (
     RETURNING m.id
 ), acked_d AS (
     DELETE FROM {data} AS d USING acked
-    WHERE d.id = acked.id
+    WHERE d.id = acked.id AND {data_unheld}
 )
 
 -- split_ack_cancelling --
@@ -244,7 +244,7 @@ acked_first AS (
     LIMIT %(n)s
     FOR UPDATE SKIP LOCKED
 ), {_leased}, popped AS (
-    SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at, d.last_error{d_payload}
+    SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at, {error}{d_payload}
     FROM m LEFT JOIN {data} AS d ON d.id = m.id
 )
 SELECT (SELECT count(*) FROM acked), popped.*
@@ -283,14 +283,14 @@ WITH tok AS (
         run_at = CASE WHEN allowed.state = {state_cancelling} OR m.attempts >= %(max_attempts)s
                       THEN statement_timestamp()
                       ELSE statement_timestamp() + tok.delay END,
-        lease_until = NULL
+        lease_until = NULL{set_error_tok}
     FROM allowed JOIN tok ON tok.id = allowed.id
     WHERE m.id = allowed.id
     RETURNING m.id, m.state
 ), d AS (
     UPDATE {data} AS d SET last_error = tok.error
     FROM m JOIN tok ON tok.id = m.id
-    WHERE d.id = m.id
+    WHERE d.id = m.id AND {shared_errors}
 )
 SELECT id, state FROM m;
 
@@ -375,14 +375,14 @@ WITH lock AS (
 ), m AS (
     UPDATE {meta} AS m
     SET state = CASE WHEN m.attempts >= %(max_attempts)s THEN {state_failed} ELSE {state_ready} END,
-        run_at = statement_timestamp(), lease_until = NULL
+        run_at = statement_timestamp(), lease_until = NULL{set_error}
     FROM expired
     WHERE m.id = expired.id
     RETURNING m.id, m.state
 ), d AS (
     UPDATE {data} AS d SET last_error = %(error)s
     FROM m
-    WHERE d.id = m.id
+    WHERE d.id = m.id AND {shared_errors}
 )
 SELECT id, state FROM m;
 
@@ -442,7 +442,7 @@ WITH p AS (
     RETURNING m.id
 ), d AS (
     DELETE FROM {data} AS d USING p
-    WHERE d.id = p.id
+    WHERE d.id = p.id AND {data_unheld}
 )
 SELECT id FROM p;
 
@@ -488,8 +488,8 @@ WITH m AS (
     WHERE id = ANY(%(ids)b::bigint[])
     RETURNING id
 ), d AS (
-    DELETE FROM {data}
-    WHERE id = ANY(%(ids)b::bigint[])
+    DELETE FROM {data} AS d
+    WHERE d.id = ANY(%(ids)b::bigint[]) AND {data_unheld}
 )
 SELECT id FROM m;
 

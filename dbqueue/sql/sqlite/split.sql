@@ -56,15 +56,15 @@ SET state = {state_leased}, attempts = attempts + 1, lease_until = :lease_until{
 WHERE id IN ({_picked})
 RETURNING id, attempts, priority, run_at, lease_until,
           (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id),
-          (SELECT d.last_error FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
+          {error}{m_payload};
 
 -- split_pop_remove --
 DELETE FROM {meta}
 WHERE id IN ({_picked})
 RETURNING id, attempts + 1, priority, run_at, NULL,
           (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id),
-          (SELECT d.last_error FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
-DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
+          {error}{m_payload};
+DELETE FROM {data} AS d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {data_unheld};
 
 -- split_pop_done --
 -- split_pop_remove for a queue with keep_done: the picked rows are marked done, their attempt
@@ -76,7 +76,7 @@ SET state = {state_done}, attempts = attempts + 1, lease_until = NULL
 WHERE id IN ({_picked})
 RETURNING id, attempts, priority, run_at, NULL,
           (SELECT d.enqueued_at FROM {data} AS d WHERE d.id = {meta}.id),
-          (SELECT d.last_error FROM {data} AS d WHERE d.id = {meta}.id){m_payload};
+          {error}{m_payload};
 UPDATE {meta} SET run_at = :now WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- _held_tokens --
@@ -104,7 +104,7 @@ WITH {_ack_held}
 DELETE FROM {meta}
 WHERE id IN (SELECT id FROM allowed) AND state = {state_leased}
 RETURNING id;
-DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
+DELETE FROM {data} AS d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {data_unheld};
 
 -- split_ack_cancelling --
 -- The rest of an ack that took fewer rows than it was given: the held cancelling rows of the
@@ -140,9 +140,9 @@ SET state = CASE WHEN state = {state_cancelling} THEN {state_cancelled}
     lease_until = NULL
 WHERE id IN (SELECT id FROM allowed)
 RETURNING id, state;
-UPDATE {data}
+UPDATE {error_table}
 SET last_error = (SELECT json_extract(t.value, '$[3]') FROM json_each(:tokens) AS t
-                  WHERE json_extract(t.value, '$[0]') = {data}.id)
+                  WHERE json_extract(t.value, '$[0]') = {error_table}.id)
 WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- split_extend --
@@ -201,7 +201,7 @@ WHERE id IN (
     LIMIT :n
 )
 RETURNING id, state;
-UPDATE {data} SET last_error = :error WHERE id IN (SELECT value FROM json_each(:ids));
+UPDATE {error_table} SET last_error = :error WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- split_next_due --
 -- See postgresql/split.sql (SQLite's two-argument min() is NULL if either is).
@@ -244,7 +244,7 @@ AND (:before IS NULL
 DELETE FROM {meta}
 WHERE {_purged}
 RETURNING id;
-DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
+DELETE FROM {data} AS d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {data_unheld};
 
 -- split_count --
 SELECT count(*) AS value FROM {meta} WHERE {_purged};
@@ -267,7 +267,7 @@ SELECT state IN ({state_cancelling}, {state_cancelled}) AS value FROM {meta} WHE
 
 -- split_delete --
 DELETE FROM {meta} WHERE id IN (SELECT value FROM json_each(:ids)) RETURNING id;
-DELETE FROM {data} WHERE id IN (SELECT value FROM json_each(:ids));
+DELETE FROM {data} AS d WHERE d.id IN (SELECT value FROM json_each(:ids)) AND {data_unheld};
 
 -- split_notify --
 -- SQLite has no LISTEN/NOTIFY: workers poll. Defined so that every dialect has the same

@@ -1,0 +1,108 @@
+-- The statements of a split queue with consumer groups (QueueOptions.groups) that differ from
+-- split.sql's, which they replace for such a queue (dbqueue.sql.render). The payload is stored
+-- once, in the data table; each group has a meta table of its own, {meta} in a group's
+-- statements, which also keeps the group's last error ({error}, {set_error}...).
+-- An item's data row goes with the last of its groups' meta rows: whoever removes a meta row
+-- deletes the data row if no other group's meta table holds the item ({data_unheld}). Two
+-- groups removing their rows of one item at once would each see the other's row, still there
+-- in their snapshots, and leave the data row behind; so a removal locks the data rows first,
+-- in id order, and decides in a later statement, whose snapshot sees every group that removed
+-- its row before it got the lock.
+
+-- split_push --
+-- A push: the data row, and a meta row in every group's table ({fan_out}: one insert per
+-- group, from `r`), in one statement.
+WITH d AS (
+    INSERT INTO {data} ({insert_columns})
+    VALUES ({payload_params}statement_timestamp())
+    RETURNING id
+), r AS (
+    SELECT d.id, {state_ready} AS state, %(priority)s AS priority,
+           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval) AS run_at
+    FROM d
+){fan_out}
+SELECT id FROM d;
+
+-- split_push_many --
+-- split_push for a batch (see split.sql's split_push_many).
+WITH d AS (
+    INSERT INTO {data} ({insert_columns})
+    SELECT {r_payload}statement_timestamp()
+    FROM {unnest_source}
+    ORDER BY r.ord
+    RETURNING id
+), r AS (
+    SELECT d.id, {state_ready} AS state, %(priority)s AS priority,
+           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval) AS run_at
+    FROM d
+){fan_out}
+SELECT id FROM d ORDER BY id;
+
+-- _lock_data --
+-- The first statement of a removal by id: the data rows of the items %(ids)b names, locked in
+-- id order. No row comes back.
+WITH locked AS (
+    SELECT d.id FROM {data} AS d
+    WHERE d.id = ANY(%(ids)b::bigint[])
+    ORDER BY d.id
+    FOR UPDATE OF d
+)
+SELECT n FROM (SELECT count(*) AS n FROM locked) AS c WHERE n < 0
+
+-- _reap --
+-- The last statement of a removal whose first one returned the removed ids (%(ids)s): their
+-- data rows, unless another group still holds them.
+DELETE FROM {data} AS d WHERE d.id = ANY(%(ids)s::bigint[]) AND {data_unheld}
+
+-- split_ack --
+{_lock_data};
+WITH {_acked}
+SELECT id FROM acked;
+
+-- split_ack_pop --
+{_lock_data};
+WITH {_acked}, {_ack_then_lease};
+
+-- split_delete --
+{_lock_data};
+WITH m AS (
+    DELETE FROM {meta}
+    WHERE id = ANY(%(ids)b::bigint[])
+    RETURNING id
+), d AS (
+    DELETE FROM {data} AS d
+    WHERE d.id IN (SELECT id FROM m) AND {data_unheld}
+)
+SELECT id FROM m;
+
+-- split_pop_remove --
+-- The picked rows removed from the group's table, their data rows read and locked; the data
+-- rows no other group holds are deleted by the second statement.
+WITH {_picked}, m AS (
+    DELETE FROM {meta} AS m USING picked
+    WHERE m.id = picked.id
+    RETURNING m.id, m.attempts, m.priority, m.run_at, m.last_error
+), d AS (
+    SELECT d.* FROM {data} AS d
+    WHERE d.id IN (SELECT id FROM m)
+    ORDER BY d.id
+    FOR UPDATE OF d
+)
+SELECT m.id, m.attempts + 1, m.priority, m.run_at, NULL::timestamptz, d.enqueued_at, m.last_error{d_payload}
+FROM m LEFT JOIN d ON d.id = m.id
+ORDER BY m.priority DESC, m.run_at, m.id;
+{_reap};
+
+-- split_purge --
+WITH p AS (
+    DELETE FROM {meta} AS m
+    WHERE {_purged}
+    RETURNING m.id
+), locked AS (
+    SELECT d.id FROM {data} AS d
+    WHERE d.id IN (SELECT id FROM p)
+    ORDER BY d.id
+    FOR UPDATE OF d
+)
+SELECT p.id FROM p WHERE (SELECT count(*) FROM locked) >= 0;
+{_reap};
