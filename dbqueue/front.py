@@ -114,6 +114,20 @@ class FrontQueue[M](ABC):
         must."""
         yield self._bind()
 
+    # -- consumer groups ----------------------------------------------------------------------
+
+    def group(self, name: str) -> FrontQueue[M]:
+        """The queue as consumer group ``name`` sees it (``QueueOptions.groups``): the same
+        operations on that group's deliveries, on the same connection, with the same model
+        instances; pushes go to the queue itself, which delivers each item to every group.
+        InvalidArgument for a group the queue does not declare."""
+        return GroupFront(self, name)
+
+    def pusher(self) -> FrontQueue[M]:
+        """The front whose pushes reach this queue: itself, or for a consumer group the queue
+        of all its groups."""
+        return self
+
     # -- instances ----------------------------------------------------------------------------
 
     def instances(self, core: AnyQueue, messages: list[Message]) -> list[M]:
@@ -339,6 +353,50 @@ class FrontQueue[M](ABC):
         """Delete items (ids or instances) from both tables, whatever their state."""
         core, ex = self._bind()
         return core.delete(ex, ids)
+
+
+class GroupFront[M](FrontQueue[M]):
+    """One consumer group of a front's queue (:meth:`FrontQueue.group`): the front's
+    connection, payload names and instances, the group's core queue."""
+
+    def __init__(self, front: FrontQueue[M], name: str) -> None:
+        self._spec = front.spec.for_group(name)  # InvalidArgument for a group not declared
+        self.front, self.name = front, name
+
+    @property
+    def spec(self) -> QueueSpec:
+        return self._spec
+
+    def _bind(self) -> tuple[AnyQueue, Executor]:
+        core, ex = self.front._bind()
+        return _group_core(core, self.name), ex
+
+    def _instance(self, row: dict[str, Any], extras: dict[str, Any]) -> M:
+        return self.front._instance(row, extras)
+
+    def _payload(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        return self.front._payload(values)
+
+    def instances(self, core: AnyQueue, messages: list[Message]) -> list[M]:
+        return self.front.instances(core, messages)
+
+    @contextmanager
+    def _own_transaction(self, refusal: str) -> Iterator[tuple[AnyQueue, Executor]]:
+        with self.front._own_transaction(refusal) as (core, ex):
+            yield _group_core(core, self.name), ex
+
+    def group(self, name: str) -> FrontQueue[M]:
+        return self.front.group(name)
+
+    def pusher(self) -> FrontQueue[M]:
+        return self.front
+
+
+def _group_core(core: AnyQueue, name: str) -> AnyQueue:
+    """Consumer group ``name`` of ``core`` (only a split queue has groups: a ring's spec
+    refuses them, so no ring front reaches here)."""
+    assert isinstance(core, SplitQueue)
+    return core.group(name)
 
 
 class ExecutorFront[M](FrontQueue[M]):

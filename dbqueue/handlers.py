@@ -27,10 +27,16 @@ class Handler:
     batch_size: int
     #: How logs and errors name the queue (the model's name when empty).
     queue_label: str = ""
+    #: The consumer group whose deliveries it handles (``QueueOptions.groups``), or None.
+    group: str | None = None
 
     @property
     def label(self) -> str:
         return f"{self.queue_label or self.model.__name__} -> {function_name(self.func)}"
+
+
+#: Where the registry keeps a handler: its queue class, and its consumer group or None.
+HandlerKey = tuple[type[Any], str | None]
 
 
 def function_name(func: Callable[..., object]) -> str:
@@ -53,14 +59,22 @@ class HandlerRegistry:
         self._queue_label = queue_label
         self._expected = expected
         self._error = error
-        self._handlers: dict[type[Any], Handler] = {}
+        self._handlers: dict[HandlerKey, Handler] = {}
 
     def decorator[F: Callable[..., object]](
-        self, model: type[Any], *, batch: bool = False, batch_size: int | None = None
+        self,
+        model: type[Any],
+        *,
+        batch: bool = False,
+        batch_size: int | None = None,
+        group: str | None = None,
     ) -> Callable[[F], F]:
-        """The ``@handler(model, batch=..., batch_size=...)`` decorator (see the adapters)."""
+        """The ``@handler(model, batch=..., batch_size=..., group=...)`` decorator (see the
+        adapters). A queue with consumer groups takes one handler per group, and none without
+        a group."""
         if not self._is_queue(model):
             raise self._error(f"@handler needs {self._expected}, got {model!r}")
+        self._check_group(model, group)
         if not isinstance(batch, bool):
             raise self._error(f"@handler(batch=...) must be a bool, got {batch!r}")
         size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
@@ -68,8 +82,10 @@ class HandlerRegistry:
             raise self._error(f"@handler(batch_size=...) must be a positive int, got {size!r}")
 
         def register(func: F) -> F:
-            new = Handler(model, func, batch, size, self._queue_label(model))
-            old = self._handlers.get(model)
+            label = self._queue_label(model)
+            new = Handler(model, func, batch, size, label if group is None else f"{label}[{group}]",
+                          group)  # fmt: skip
+            old = self._handlers.get((model, group))
             # By name, not identity: re-importing a module (python -m of a handlers module,
             # say) makes new function objects for the same handlers.
             if old is not None and function_name(old.func) != function_name(func):
@@ -77,15 +93,31 @@ class HandlerRegistry:
                     f"{new.queue_label} already has a handler ({old.label}); a queue has one "
                     f"handler, so {function_name(func)} cannot be registered too"
                 )
-            self._handlers[model] = new
+            self._handlers[(model, group)] = new
             return func
 
         return register
 
-    def handlers(self) -> dict[type[Any], Handler]:
-        """Every registered handler, by queue class."""
+    def _check_group(self, model: type[Any], group: str | None) -> None:
+        """The registration error for a group ``model``'s queue does not declare, or for no
+        group where it declares some."""
+        groups: tuple[str, ...] = model.queue.spec.options.groups
+        if group is None and groups:
+            raise self._error(
+                f"{self._queue_label(model)} delivers each item to each of its consumer groups "
+                f"({', '.join(groups)}): register a handler per group, "
+                f"@handler(..., group={groups[0]!r})"
+            )
+        if group is not None and group not in groups:
+            raise self._error(
+                f"@handler(group={group!r}): {self._queue_label(model)} has "
+                + (f"the consumer groups {', '.join(groups)}" if groups else "no consumer groups")
+            )
+
+    def handlers(self) -> dict[HandlerKey, Handler]:
+        """Every registered handler, by queue class and consumer group."""
         return dict(self._handlers)
 
-    def unregister(self, model: type[Any]) -> None:
-        """Forget ``model``'s handler (tests that register their own)."""
-        self._handlers.pop(model, None)
+    def unregister(self, model: type[Any], group: str | None = None) -> None:
+        """Forget ``model``'s handler (of ``group``; tests that register their own)."""
+        self._handlers.pop((model, group), None)

@@ -83,7 +83,7 @@ class FrontWorkerQueue(ABC):
     ) -> int | None:
         """Push ``payload()`` in one transaction with ``claim(ex)``, if the claim takes: a
         schedule's tick (see :class:`dbqueue.scheduler.ScheduleTarget`)."""
-        front = self._front()
+        front = self._front().pusher()  # a consumer group's ticks go to every group
         core, ex = front._bind()
         with ex.atomic():
             if not claim(ex):

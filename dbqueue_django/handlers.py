@@ -23,7 +23,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
-from dbqueue.handlers import DEFAULT_BATCH_SIZE, Handler, HandlerRegistry
+from dbqueue.handlers import DEFAULT_BATCH_SIZE, Handler, HandlerKey, HandlerRegistry
 
 __all__ = ["DEFAULT_BATCH_SIZE", "Handler", "autodiscover", "handler", "handlers", "unregister"]
 
@@ -46,15 +46,21 @@ _REGISTRY = HandlerRegistry(
 
 
 def handler[F: Callable[..., object]](
-    model: type[BaseQueueModel], *, batch: bool = False, batch_size: int | None = None
+    model: type[BaseQueueModel],
+    *,
+    batch: bool = False,
+    batch_size: int | None = None,
+    group: str | None = None,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``model``'s queue.
 
     ``batch=False``: called with one model instance per item; an exception fails that item.
     ``batch=True``: called with the list of instances; an exception fails the whole batch.
     ``batch_size``: how many items a worker pops at a time (``--batch-size`` overrides it).
+    ``group``: for a queue with consumer groups (``QueueOptions.groups``), the group whose
+    deliveries it handles; such a queue takes one handler per group.
     """
-    return _REGISTRY.decorator(model, batch=batch, batch_size=batch_size)
+    return _REGISTRY.decorator(model, batch=batch, batch_size=batch_size, group=group)
 
 
 #: The Django Tasks backend whose tasks the worker runs (see dbqueue_django.tasks).
@@ -75,11 +81,11 @@ def autodiscover() -> None:
         handler(TaskItem, batch_size=1)(run_task)
 
 
-def handlers() -> dict[type[Any], Handler]:
-    """Every registered handler, by model (after :func:`autodiscover`)."""
+def handlers() -> dict[HandlerKey, Handler]:
+    """Every registered handler, by model and consumer group (after :func:`autodiscover`)."""
     return _REGISTRY.handlers()
 
 
-def unregister(model: type[Any]) -> None:
-    """Forget ``model``'s handler (tests that register their own)."""
-    _REGISTRY.unregister(model)
+def unregister(model: type[Any], group: str | None = None) -> None:
+    """Forget ``model``'s handler (of ``group``; tests that register their own)."""
+    _REGISTRY.unregister(model, group)

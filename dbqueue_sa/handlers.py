@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dbqueue.errors import InvalidArgument
-from dbqueue.handlers import DEFAULT_BATCH_SIZE, Handler, HandlerRegistry
+from dbqueue.handlers import DEFAULT_BATCH_SIZE, Handler, HandlerKey, HandlerRegistry
 from dbqueue_sa.mixins import queue_classes
 
 __all__ = ["DEFAULT_BATCH_SIZE", "Handler", "handler", "handlers", "unregister"]
@@ -46,7 +46,11 @@ _REGISTRY = HandlerRegistry(
 
 
 def handler[F: Callable[..., object]](
-    model: type[Any], *, batch: bool = False, batch_size: int | None = None
+    model: type[Any],
+    *,
+    batch: bool = False,
+    batch_size: int | None = None,
+    group: str | None = None,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``model``'s queue.
 
@@ -54,18 +58,20 @@ def handler[F: Callable[..., object]](
     function is called with one instance per item, and an exception fails that item;
     ``batch=True``: with the list of instances, and an exception fails the whole batch.
     ``batch_size``: how many items a worker pops at a time (``--batch-size`` overrides it).
+    ``group``: for a queue with consumer groups (``QueueOptions.groups``), the group whose
+    deliveries it handles; such a queue takes one handler per group.
     Raises :class:`~dbqueue.errors.InvalidArgument` for anything else, and when the queue
     already has a different handler (registering the same function again is harmless: a
     module imported twice).
     """
-    return _REGISTRY.decorator(model, batch=batch, batch_size=batch_size)
+    return _REGISTRY.decorator(model, batch=batch, batch_size=batch_size, group=group)
 
 
-def handlers() -> dict[type[Any], Handler]:
-    """Every registered handler, by queue class, in registration order."""
+def handlers() -> dict[HandlerKey, Handler]:
+    """Every registered handler, by queue class and consumer group, in registration order."""
     return _REGISTRY.handlers()
 
 
-def unregister(model: type[Any]) -> None:
-    """Forget ``model``'s handler (tests that register their own)."""
-    _REGISTRY.unregister(model)
+def unregister(model: type[Any], group: str | None = None) -> None:
+    """Forget ``model``'s handler (of ``group``; tests that register their own)."""
+    _REGISTRY.unregister(model, group)

@@ -38,11 +38,12 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     url = url_of(args)
     import_modules(args.modules, args.verbosity)
-    declared = [
+    # dict.fromkeys: a queue's own schedules once, whatever the number of its groups' handlers.
+    declared = list(dict.fromkeys(
         (schedule, model.__queue_spec__.table)
-        for model, registered in handlers().items()
+        for (model, _), registered in handlers().items()
         for schedule in (*schedules_of(registered.func), *model.__queue_spec__.options.schedule)
-    ]
+    ))  # fmt: skip
     engine = engine_for(url)
     try:
         with engine.connect() as connection:

@@ -77,12 +77,14 @@ def _select(tables: Sequence[str] | None) -> list[Handler]:
         )
     if not tables:
         return registered
-    by_table = {h.model.__queue_spec__.table: h for h in registered}
+    by_table: dict[str, list[Handler]] = {}
+    for h in registered:
+        by_table.setdefault(h.model.__queue_spec__.table, []).append(h)
     classes = {cls.__queue_spec__.table: cls for cls in queue_classes()}
     selected = []
     for table in dict.fromkeys(tables):
         if table in by_table:
-            selected.append(by_table[table])
+            selected.extend(by_table[table])
         elif table in classes:
             raise CommandError(
                 f"queue {table!r} has no handler: decorate a function with "

@@ -37,11 +37,12 @@ class Command(BaseCommand):
         alias = database_alias(options["database"])
         autodiscover()
         declared: list[tuple[Schedule, str, str]] = []
-        for model, registered in handlers().items():
+        for (model, _), registered in handlers().items():
             queue = model.queue.using(alias) if alias else model.queue
             queue_declared = queue.spec.options.schedule
             for schedule in (*schedules_of(registered.func), *queue_declared):
                 declared.append((schedule, model._meta.label, queue.alias))
+        declared = list(dict.fromkeys(declared))  # a queue's own, once for all its groups
         last_ticks: dict[str, dt.datetime | None] = {}
         for database in dict.fromkeys(d for _, _, d in declared):
             names = [s.name for s, _, d in declared if d == database]

@@ -163,11 +163,11 @@ class Command(BaseCommand):
         selected = []
         for label in dict.fromkeys(labels):
             model = queue_model(label)
-            found = registered.get(model)
-            if found is None:
+            found = [h for (m, _), h in registered.items() if m is model]
+            if not found:
                 raise CommandError(
                     f"{label!r} has no handler: decorate a function with "
                     f"@dbqueue_django.handler({model.__name__}) in a handlers.py module"
                 )
-            selected.append(found)
+            selected.extend(found)
         return selected
