@@ -355,3 +355,65 @@ def test_postgresql_push_many_is_valid_without_payload_fields(
             assert name
     finally:
         pg_conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
+
+
+# -- consumer groups (split_groups.sql) ---------------------------------------------------------
+
+GROUPED = QueueOptions(groups=("email", "search"))
+
+
+def grouped_parts(table: str, dialect: Any) -> Iterator[tuple[str, str]]:
+    """What a queue with consumer groups runs: the queue's pushes, and everything else of one
+    group's (the queue refuses the rest, a group the pushes)."""
+    spec = QueueSpec(table, SAMPLE_FIELDS, GROUPED)
+    pushes = {"split_push", "split_push_many"}
+    for name, part in all_parts(spec, dialect):
+        if name in pushes:
+            yield name, part
+    for name, part in all_parts(spec.for_group("email"), dialect):
+        if name not in pushes:
+            yield name, part
+
+
+@pytest.mark.sqlite
+def test_every_sqlite_statement_of_a_queue_with_groups_compiles(tmp_path: Any) -> None:
+    conn = sqlite3.connect(str(tmp_path / "groups.sqlite3"), isolation_level=None)
+    for statement in create_statements(QueueSpec("q", SAMPLE_FIELDS, GROUPED), SQLite()):
+        conn.execute(statement)
+    values = _sqlite_values()
+    for name, part in grouped_parts("q", SQLite()):
+        params = {p: values[p] for p in SQLITE_PARAM.findall(part)}
+        try:
+            conn.execute("EXPLAIN " + part, params).fetchall()
+        except sqlite3.Error as exc:
+            pytest.fail(f"{name}: {exc}\n{part}")
+    conn.close()
+
+
+@pytest.mark.postgresql
+def test_every_postgresql_statement_of_a_queue_with_groups_is_valid(
+    pg_conn: psycopg.Connection, table_name: str
+) -> None:
+    spec = QueueSpec(table_name, SAMPLE_FIELDS, GROUPED)
+    for statement in create_statements(spec, PostgreSQL()):
+        pg_conn.execute(statement)
+    values = _pg_values()
+    try:
+        for name, part in grouped_parts(table_name, PostgreSQL()):
+            if part.startswith(UNPLANNABLE):
+                continue
+            params = {p: values[p] for p in PG_PARAM.findall(part)}
+            try:
+                pg_conn.cursor().execute("EXPLAIN " + part, params).fetchall()
+            except psycopg.Error as exc:
+                pytest.fail(f"{name}: {exc}\n{part}")
+    finally:
+        tables = ", ".join(f'"{t}"' for t in (spec.table, *spec.group_meta_tables))
+        pg_conn.execute(f"DROP TABLE {tables}")
+
+
+@pytest.mark.parametrize("dialect", list(DIALECTS.values()), ids=list(DIALECTS))
+def test_a_queue_without_groups_renders_no_group_text(dialect: Any) -> None:
+    # The group fragments are neutral: no statement of a plain queue names a group's table.
+    for name, part in all_parts(sample_spec(), dialect):
+        assert "_meta_" not in part and "NOT EXISTS (SELECT 1 FROM" not in part, name

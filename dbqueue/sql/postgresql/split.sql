@@ -505,8 +505,9 @@ SELECT pg_notify(%(channel)s, '');
 SELECT pg_total_relation_size('{meta}'::regclass) + pg_total_relation_size('{data}'::regclass);
 
 -- split_live --
--- How many rows compaction would copy, counted no further than %(n)s.
-SELECT count(*) FROM (SELECT 1 FROM {meta} LIMIT %(n)s) AS m;
+-- How many rows compaction would copy, counted no further than %(n)s: the data table's, which
+-- has a row of each meta row's item (and, with consumer groups, of the other groups' items).
+SELECT count(*) FROM (SELECT 1 FROM {data} LIMIT %(n)s) AS d;
 
 -- split_compacted --
 -- See ring_compacted.
