@@ -3,8 +3,10 @@ queue by its table name, and the SQLAlchemy command line, which may run where no
 declares it.
 
 A table ``T`` is a split queue when ``T_meta`` exists beside it with the meta columns (and
-``T`` has the data table's), and a ring when ``T`` has the slot columns and ``T_failed`` exists
-beside it with the side table's. Anything else in the database is left alone.
+``T`` has the data table's), or, for a queue with consumer groups, when ``T_meta_<group>``
+tables exist beside it with a group's meta columns; and a ring when ``T`` has the slot columns
+and ``T_failed`` exists beside it with the side table's. Anything else in the database is left
+alone.
 """
 
 from __future__ import annotations
@@ -12,8 +14,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from dbqueue.schema import FAILED_BASE_COLUMNS, META_COLUMNS, RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
-from dbqueue.spec import QueueSpec
+from dbqueue.schema import (
+    FAILED_BASE_COLUMNS,
+    GROUP_META_COLUMNS,
+    META_COLUMNS,
+    RING_BASE_COLUMNS,
+    SPLIT_BASE_COLUMNS,
+)
+from dbqueue.spec import GROUP_META_INFIX, IDENTIFIER, QueueSpec
 
 SPLIT, RING = "split", "ring"
 
@@ -50,13 +58,45 @@ def layout_of(table: str, columns: Mapping[str, Collection[str]]) -> str | None:
 
     if has(bare.meta_table, META_COLUMNS) and has(table, SPLIT_BASE_COLUMNS):
         return SPLIT
+    if groups_of(table, columns) and has(table, SPLIT_BASE_COLUMNS):
+        return SPLIT
     if has(bare.failed_table, FAILED_BASE_COLUMNS) and has(table, RING_BASE_COLUMNS):
         return RING
     return None
 
 
+def groups_of(table: str, columns: Mapping[str, Collection[str]]) -> tuple[str, ...]:
+    """The consumer groups of the queue whose table is ``table``: the ``<group>`` of each
+    ``<table>_meta_<group>`` among ``columns``' tables that has a group's meta columns, sorted
+    (the database does not keep the declaration's order)."""
+    prefix = f"{table}{GROUP_META_INFIX}"
+    return tuple(
+        sorted(
+            name[len(prefix) :]
+            for name, cols in columns.items()
+            if name.startswith(prefix)
+            and IDENTIFIER.fullmatch(name[len(prefix) :])
+            and set(cols) >= GROUP_META_COLUMNS
+        )
+    )
+
+
 def candidates(names: Collection[str]) -> list[str]:
-    """The tables among ``names`` that may be queues (a ``_meta`` or ``_failed`` table beside
-    them), by name: what :func:`layout_of` then decides on."""
+    """The tables among ``names`` that may be queues (a ``_meta``, ``_meta_<group>`` or
+    ``_failed`` table beside them), by name: what :func:`layout_of` then decides on."""
     present = set(names)
-    return sorted(t for t in present if f"{t}_meta" in present or f"{t}_failed" in present)
+    grouped = {
+        t for t in present for n in present if n.startswith(f"{t}{GROUP_META_INFIX}")
+    }  # fmt: skip
+    return sorted(
+        t for t in present if f"{t}_meta" in present or f"{t}_failed" in present or t in grouped
+    )
+
+
+def related_tables(table: str, names: Collection[str]) -> list[str]:
+    """The tables among ``names`` that :func:`layout_of` looks at for ``table``: the table, its
+    meta, side and consumer groups' tables."""
+    prefix = f"{table}{GROUP_META_INFIX}"
+    return sorted(
+        n for n in names if n in (table, f"{table}_meta", f"{table}_failed") or n.startswith(prefix)
+    )

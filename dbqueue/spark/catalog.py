@@ -15,10 +15,10 @@ from typing import Any
 import psycopg
 
 from dbqueue.dialects.postgresql import COLUMN_TYPES, PostgreSQL
-from dbqueue.discovery import RING, FoundQueue, layout_of
-from dbqueue.errors import InvalidSpec, QueueTableMissing
+from dbqueue.discovery import RING, FoundQueue, groups_of, layout_of
+from dbqueue.errors import InvalidSpec, QueueTableMissing, UnsupportedOperation
 from dbqueue.schema import FAILED_BASE_COLUMNS, SPLIT_BASE_COLUMNS
-from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
+from dbqueue.spec import GROUP_META_INFIX, Field, FieldKind, QueueOptions, QueueSpec
 from dbqueue.sql import Statement, render
 
 DIALECT = PostgreSQL()
@@ -92,8 +92,19 @@ def load_queue(
     stmts = statements(bare)
     names = [bare.table, bare.meta_table, bare.failed_table]
     found = [row[0] for row in run(conn, stmts["spark_tables"], {"names": names})]
+    if bare.meta_table not in found:
+        prefix = f"{table}{GROUP_META_INFIX}"
+        found += [row[0] for row in run(conn, stmts["spark_group_tables"], {"prefix": prefix})]
     columns = {name: run(conn, stmts["spark_columns"], {"table": name}) for name in found}
-    layout = layout_of(table, {name: [c[0] for c in cols] for name, cols in columns.items()})
+    names_of = {name: [c[0] for c in cols] for name, cols in columns.items()}
+    layout = layout_of(table, names_of)
+    groups = groups_of(table, names_of)
+    if layout is not None and groups and bare.meta_table not in found:
+        raise UnsupportedOperation(
+            f"queue {table!r} delivers each item to consumer groups ({', '.join(groups)}); "
+            f"Spark reads and writes queues without groups only: a Spark push would have to "
+            f"write every group's rows, and a stream would consume for one group"
+        )
     if layout is None:
         raise QueueTableMissing(
             f"no queue table {table!r} in the database (a split queue has {table!r} and "

@@ -7,9 +7,23 @@ from __future__ import annotations
 import pytest
 
 from dbqueue import QueueOptions, QueueSpec
-from dbqueue.discovery import RING, SPLIT, FoundQueue, candidates, layout_of
+from dbqueue.discovery import (
+    RING,
+    SPLIT,
+    FoundQueue,
+    candidates,
+    groups_of,
+    layout_of,
+    related_tables,
+)
 from dbqueue.errors import InvalidSpec
-from dbqueue.schema import FAILED_BASE_COLUMNS, META_COLUMNS, RING_BASE_COLUMNS, SPLIT_BASE_COLUMNS
+from dbqueue.schema import (
+    FAILED_BASE_COLUMNS,
+    GROUP_META_COLUMNS,
+    META_COLUMNS,
+    RING_BASE_COLUMNS,
+    SPLIT_BASE_COLUMNS,
+)
 
 SPLIT_TABLES = {"jobs": [*SPLIT_BASE_COLUMNS, "to"], "jobs_meta": list(META_COLUMNS)}
 RING_TABLES = {"ticks": [*RING_BASE_COLUMNS, "price"], "ticks_failed": list(FAILED_BASE_COLUMNS)}
@@ -42,3 +56,24 @@ def test_a_found_queue_says_its_layout() -> None:
     assert FoundQueue(QueueSpec("jobs", ())).layout == SPLIT
     ring = FoundQueue(QueueSpec("ticks", (), QueueOptions(capacity=8)))
     assert (ring.name, ring.ring, ring.layout) == ("ticks", True, RING)
+
+
+def test_a_queue_with_consumer_groups_is_found_by_its_groups_tables() -> None:
+    columns = {
+        "orders": [*SPLIT_BASE_COLUMNS, "n"],
+        "orders_meta_search": list(GROUP_META_COLUMNS),
+        "orders_meta_email": list(GROUP_META_COLUMNS),
+        "orders_meta_Bad": list(GROUP_META_COLUMNS),  # no group has that name
+        "orders_meta_old": list(META_COLUMNS),  # no last_error: not a group's table
+        **SPLIT_TABLES,
+    }
+    assert candidates(columns) == ["jobs", "orders"]
+    assert layout_of("orders", columns) == SPLIT
+    assert groups_of("orders", columns) == ("email", "search")
+    assert groups_of("jobs", columns) == ()
+    assert related_tables("orders", [*columns, "ordersx"]) == [
+        "orders", "orders_meta_Bad", "orders_meta_email", "orders_meta_old", "orders_meta_search"
+    ]  # fmt: skip
+    # Group tables without the data table are not a queue.
+    del columns["orders"]
+    assert layout_of("orders", columns) is None

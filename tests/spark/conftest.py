@@ -108,7 +108,8 @@ def drop_queue(conn: psycopg.Connection[Any], spec: QueueSpec) -> None:
         for statement in drop_ring_statements(spec, DIALECT):
             conn.execute(statement)
     else:
-        conn.execute(f"DROP TABLE IF EXISTS {q(spec.table)}, {q(spec.meta_table)}")
+        metas = spec.group_meta_tables if spec.fans_out else (spec.meta_table,)
+        conn.execute(f"DROP TABLE IF EXISTS {', '.join(q(t) for t in (spec.table, *metas))}")
     conn.execute(f"DROP TABLE IF EXISTS {q(spec.stage_table)}")
 
 

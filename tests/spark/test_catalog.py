@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from dbqueue import Field, FieldKind, QueueOptions, QueueSpec, get_dialect
-from dbqueue.errors import InvalidSpec, QueueTableMissing
+from dbqueue.errors import InvalidSpec, QueueTableMissing, UnsupportedOperation
 from dbqueue.schema import create_ring_statements
 from dbqueue.spark.catalog import load_queue
 from tests.spark.conftest import SPARK, create_queue, drop_queue
@@ -133,3 +133,12 @@ def test_missing_tables_and_bad_names_are_refused(
         load_queue(spark_conn, table_name)
     with pytest.raises(InvalidSpec, match="not a valid identifier"):
         load_queue(spark_conn, 'q"; DROP TABLE x; --')
+
+
+def test_a_queue_with_consumer_groups_is_refused_by_name(
+    spark_conn: Conn, queues: list[QueueSpec], table_name: str
+) -> None:
+    options = QueueOptions(groups=("email", "search"))
+    make(spark_conn, queues, QueueSpec(table_name, (Field("n", FieldKind.BIGINT),), options))
+    with pytest.raises(UnsupportedOperation, match=r"consumer groups \(email, search\)"):
+        load_queue(spark_conn, table_name)

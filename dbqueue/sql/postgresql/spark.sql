@@ -8,6 +8,12 @@
 SELECT name FROM unnest(%(names)s::text[]) AS name
 WHERE to_regclass(quote_ident(name)) IS NOT NULL;
 
+-- spark_group_tables --
+-- The tables whose names start with %(prefix)s (a queue's consumer groups' meta tables are
+-- <table>_meta_<group>), on the search path.
+SELECT c.relname FROM pg_class AS c
+WHERE c.relkind IN ('r', 'p') AND pg_table_is_visible(c.oid) AND starts_with(c.relname, %(prefix)s);
+
 -- spark_columns --
 -- A table's columns in order: name, type as PostgreSQL spells it, NOT NULL.
 SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
