@@ -31,13 +31,10 @@ from dbqueue.drivers import executor_for
 from dbqueue.executor import Executor
 from dbqueue.schema import create_statements, group_statements
 from dbqueue.spec import MAX_GROUPS, options_from
+from tests.core.backends import BACKENDS, connect
 
 FIELDS = (Field("n", FieldKind.INTEGER), Field("note", FieldKind.TEXT, nullable=True))
 GROUPS = ("email", "search", "audit")
-BACKENDS = [
-    pytest.param("postgresql", marks=pytest.mark.postgresql, id="pg"),
-    pytest.param("sqlite", marks=pytest.mark.sqlite, id="sqlite"),
-]
 
 
 @dataclass
@@ -81,13 +78,7 @@ def drop(conn: Any, spec: QueueSpec) -> None:
 @pytest.fixture(params=BACKENDS)
 def backend_conn(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
     backend = request.param
-    conn: Any
-    if backend == "postgresql":
-        conn = psycopg.connect(request.getfixturevalue("pg_dsn"), autocommit=True)
-    else:
-        from dbqueue.drivers.sqlite import connect
-
-        conn = connect(request.getfixturevalue("sqlite_path"))
+    conn = connect(request, backend)
     yield backend, conn
     conn.close()
 

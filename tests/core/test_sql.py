@@ -322,12 +322,10 @@ def pg_tables(
     pg_conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
 
 
-@pytest.mark.postgresql
-def test_every_postgresql_statement_is_valid(
-    pg_conn: psycopg.Connection, pg_tables: QueueSpec
-) -> None:
+def explain_every_part(pg_conn: psycopg.Connection, parts: Iterator[tuple[str, str]]) -> None:
+    """EXPLAIN each statement (those a single statement can be), or fail naming it."""
     values = _pg_values()
-    for name, part in all_parts(pg_tables, PostgreSQL()):
+    for name, part in parts:
         if part.startswith(UNPLANNABLE):
             continue
         params = {p: values[p] for p in PG_PARAM.findall(part)}
@@ -336,6 +334,13 @@ def test_every_postgresql_statement_is_valid(
             pg_conn.cursor().execute("EXPLAIN " + part, params).fetchall()
         except psycopg.Error as exc:
             pytest.fail(f"{name}: {exc}\n{part}")
+
+
+@pytest.mark.postgresql
+def test_every_postgresql_statement_is_valid(
+    pg_conn: psycopg.Connection, pg_tables: QueueSpec
+) -> None:
+    explain_every_part(pg_conn, all_parts(pg_tables, PostgreSQL()))
 
 
 @pytest.mark.postgresql
@@ -397,16 +402,8 @@ def test_every_postgresql_statement_of_a_queue_with_groups_is_valid(
     spec = QueueSpec(table_name, SAMPLE_FIELDS, GROUPED)
     for statement in create_statements(spec, PostgreSQL()):
         pg_conn.execute(statement)
-    values = _pg_values()
     try:
-        for name, part in grouped_parts(table_name, PostgreSQL()):
-            if part.startswith(UNPLANNABLE):
-                continue
-            params = {p: values[p] for p in PG_PARAM.findall(part)}
-            try:
-                pg_conn.cursor().execute("EXPLAIN " + part, params).fetchall()
-            except psycopg.Error as exc:
-                pytest.fail(f"{name}: {exc}\n{part}")
+        explain_every_part(pg_conn, grouped_parts(table_name, PostgreSQL()))
     finally:
         tables = ", ".join(f'"{t}"' for t in (spec.table, *spec.group_meta_tables))
         pg_conn.execute(f"DROP TABLE {tables}")

@@ -35,6 +35,7 @@ from dbqueue.executor import Executor
 from dbqueue.schema import create_statements
 from dbqueue.spec import options_from
 from dbqueue.unique import DIGEST_PREFIX, MAX_KEY_LENGTH, derived_key, index_predicate
+from tests.core.backends import BACKENDS, connect
 from tests.races import race_one_key
 
 FIELDS = (
@@ -42,10 +43,6 @@ FIELDS = (
     Field("kind", FieldKind.TEXT, default="email"),
     Field("note", FieldKind.TEXT, nullable=True),
 )
-BACKENDS = [
-    pytest.param("postgresql", marks=pytest.mark.postgresql, id="pg"),
-    pytest.param("sqlite", marks=pytest.mark.sqlite, id="sqlite"),
-]
 
 
 @dataclass
@@ -70,13 +67,7 @@ class Bed:
 @pytest.fixture(params=BACKENDS)
 def bed(request: pytest.FixtureRequest, table_name: str) -> Iterator[Bed]:
     backend = request.param
-    conn: Any
-    if backend == "postgresql":
-        conn = psycopg.connect(request.getfixturevalue("pg_dsn"), autocommit=True)
-    else:
-        from dbqueue.drivers.sqlite import connect
-
-        conn = connect(request.getfixturevalue("sqlite_path"))
+    conn = connect(request, backend)
     made: list[QueueSpec] = []
     yield Bed(backend, conn, table_name, made)
     if not isinstance(conn, sqlite3.Connection):

@@ -7,12 +7,28 @@
 -- Pops join the data rows with LEFT JOIN: a meta row whose data row was deleted outside dbqueue
 -- comes back with NULLs, and dbqueue.split removes it (an inner join would lease it unseen).
 
--- split_push --
-WITH d AS (
+-- _data_row --
+-- A fragment of the single pushes: the data row, its id as `d`.
+d AS (
     INSERT INTO {data} ({insert_columns})
     VALUES ({payload_params}statement_timestamp())
     RETURNING id
 )
+
+-- _data_rows --
+-- A fragment of the batch pushes: the data rows, one array per column unnested in input
+-- order, their ids as `d`. Identity values are taken in that order, so ids sorted ascending
+-- are the input order.
+d AS (
+    INSERT INTO {data} ({insert_columns})
+    SELECT {r_payload}statement_timestamp()
+    FROM {unnest_source}
+    ORDER BY r.ord
+    RETURNING id
+)
+
+-- split_push --
+WITH {_data_row}
 INSERT INTO {meta} (id, state, priority, run_at, attempts)
 SELECT d.id, {state_ready}, %(priority)s,
        COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0
@@ -20,15 +36,8 @@ FROM d
 RETURNING id;
 
 -- split_push_many --
--- One statement per batch: one array per column, unnested in input order. Identity values are
--- taken in that order, so ids sorted ascending are the input order.
-WITH d AS (
-    INSERT INTO {data} ({insert_columns})
-    SELECT {r_payload}statement_timestamp()
-    FROM {unnest_source}
-    ORDER BY r.ord
-    RETURNING id
-), m AS (
+-- One statement per batch (see _data_rows).
+WITH {_data_rows}, m AS (
     INSERT INTO {meta} (id, state, priority, run_at, attempts)
     SELECT d.id, {state_ready}, %(priority)s,
            COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0
@@ -482,7 +491,9 @@ SELECT id, state, false AS changed FROM {meta} WHERE id = ANY(%(ids)b::bigint[])
 -- Whether an item's cancellation was requested (or it is cancelled): one primary-key lookup.
 SELECT state IN ({state_cancelling}, {state_cancelled}) AS value FROM {meta} WHERE id = %(id)s;
 
--- split_delete --
+-- _deleted --
+-- The items %(ids)b names deleted, whatever their state (the data rows another consumer group
+-- holds kept).
 WITH m AS (
     DELETE FROM {meta}
     WHERE id = ANY(%(ids)b::bigint[])
@@ -491,7 +502,10 @@ WITH m AS (
     DELETE FROM {data} AS d
     WHERE d.id = ANY(%(ids)b::bigint[]) AND {data_unheld}
 )
-SELECT id FROM m;
+SELECT id FROM m
+
+-- split_delete --
+{_deleted};
 
 -- split_notify --
 -- Wakes the workers LISTENing on the queue's channel. Run in the pusher's transaction, so it is

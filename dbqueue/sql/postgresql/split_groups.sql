@@ -9,33 +9,23 @@
 -- in id order, and decides in a later statement, whose snapshot sees every group that removed
 -- its row before it got the lock.
 
--- split_push --
--- A push: the data row, and a meta row in every group's table ({fan_out}: one insert per
--- group, from `r`), in one statement.
-WITH d AS (
-    INSERT INTO {data} ({insert_columns})
-    VALUES ({payload_params}statement_timestamp())
-    RETURNING id
-), r AS (
+-- _fanned_out --
+-- A fragment of the pushes: the meta row of each data row `d` as `r`, then written into every
+-- group's table ({fan_out}: one insert per group, from `r`).
+r AS (
     SELECT d.id, {state_ready} AS state, %(priority)s AS priority,
            COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval) AS run_at
     FROM d
 ){fan_out}
+
+-- split_push --
+-- A push: the data row, and a meta row in every group's table, in one statement.
+WITH {_data_row}, {_fanned_out}
 SELECT id FROM d;
 
 -- split_push_many --
 -- split_push for a batch (see split.sql's split_push_many).
-WITH d AS (
-    INSERT INTO {data} ({insert_columns})
-    SELECT {r_payload}statement_timestamp()
-    FROM {unnest_source}
-    ORDER BY r.ord
-    RETURNING id
-), r AS (
-    SELECT d.id, {state_ready} AS state, %(priority)s AS priority,
-           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval) AS run_at
-    FROM d
-){fan_out}
+WITH {_data_rows}, {_fanned_out}
 SELECT id FROM d ORDER BY id;
 
 -- _lock_data --
@@ -65,15 +55,7 @@ WITH {_acked}, {_ack_then_lease};
 
 -- split_delete --
 {_lock_data};
-WITH m AS (
-    DELETE FROM {meta}
-    WHERE id = ANY(%(ids)b::bigint[])
-    RETURNING id
-), d AS (
-    DELETE FROM {data} AS d
-    WHERE d.id IN (SELECT id FROM m) AND {data_unheld}
-)
-SELECT id FROM m;
+{_deleted};
 
 -- split_pop_remove --
 -- The picked rows removed from the group's table, their data rows read and locked; the data
