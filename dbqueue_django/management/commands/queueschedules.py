@@ -41,8 +41,10 @@ class Command(BaseCommand):
             queue = model.queue.using(alias) if alias else model.queue
             queue_declared = queue.spec.options.schedule
             for schedule in (*schedules_of(registered.func), *queue_declared):
-                declared.append((schedule, model._meta.label, queue.alias))
-        declared = list(dict.fromkeys(declared))  # a queue's own, once for all its groups
+                # A queue's own schedules once, whatever the number of its groups' handlers
+                # (by equality: a schedule holds a dict, so it cannot be a key).
+                if (schedule, model._meta.label, queue.alias) not in declared:
+                    declared.append((schedule, model._meta.label, queue.alias))
         last_ticks: dict[str, dt.datetime | None] = {}
         for database in dict.fromkeys(d for _, _, d in declared):
             names = [s.name for s, _, d in declared if d == database]
