@@ -42,6 +42,7 @@ from dbqueue_sa.spec import (
 from dbqueue_sa.tables import (
     dialect_types,
     failed_table,
+    group_tables,
     guard_ddl,
     meta_table,
     now,
@@ -130,8 +131,12 @@ class QueueMixin(_QueueBase):
     )
     last_error: Mapped[str | None] = mapped_column(sa.Text(), sort_order=-1)
 
-    #: The generated meta table (``<table>_meta``), set when the class is mapped.
+    #: The generated meta table (``<table>_meta``), set when the class is mapped; a queue
+    #: with consumer groups (``__queue_options__ = {"groups": ("email", ...)}``) has none.
     __queue_meta__: ClassVar[sa.Table]
+    #: The generated meta table of each consumer group (``<table>_meta_<group>``), by group
+    #: name, set when the class is mapped; empty for a queue without groups.
+    __queue_group_tables__: ClassVar[dict[str, sa.Table]] = {}
 
     if TYPE_CHECKING:
         # What a popped instance carries from the meta table (plain attributes, set by
@@ -145,7 +150,17 @@ class QueueMixin(_QueueBase):
     def cancel_requested(self) -> bool:
         """Whether this item was asked to stop (``Model.queue.cancel()`` while it was
         leased), asked on the session the instance belongs to. A popped instance is
-        detached: ask ``Model.queue.on(session).cancel_requested(item)`` instead."""
+        detached: ask ``Model.queue.on(session).cancel_requested(item)`` instead. A queue
+        with consumer groups leases an item per group: ask the group,
+        ``Model.queue.group(name).cancel_requested(session, item)``."""
+        groups = type(self).__queue_spec__.options.groups
+        if groups:
+            raise InvalidArgument(
+                f"{type(self).__name__} #{self.id} is delivered to each of its consumer groups "
+                f"({', '.join(groups)}), and each may be asked to stop on its own: ask "
+                f"{type(self).__name__}.queue.group({groups[0]!r}).cancel_requested(session, "
+                f"item)"
+            )
         session = object_session(self)
         if session is None:
             raise InvalidArgument(
@@ -203,7 +218,10 @@ def _setup_split(cls: type[Any], mapper: Mapper[Any], table: sa.Table) -> None:
     table.dialect_options["sqlite"]["autoincrement"] = True  # ids are never reused
     dialect_types(table)
     cls.__queue_spec__ = spec
-    cls.__queue_meta__ = meta_table(spec, table)
+    if spec.fans_out:
+        cls.__queue_group_tables__ = group_tables(spec, table)
+    else:
+        cls.__queue_meta__ = meta_table(spec, table)
     from dbqueue_sa.queue import SAQueue
 
     cls._dbqueue_queue = SAQueue(cls)
@@ -247,8 +265,7 @@ def _instrument(mapper: Mapper[Any], cls: type[Any]) -> None:
         _setup_ring(cls, table)
     else:
         _setup_split(cls, mapper, table)
-    own = [table, getattr(cls, "__queue_meta__", None), getattr(cls, "__queue_failed__", None)]
-    guard_ddl(table.metadata, *(t for t in own if t is not None))
+    guard_ddl(table.metadata, *own_tables(cls))
     QUEUE_CLASSES[(id(table.metadata), table.name)] = cls
 
 
@@ -266,3 +283,11 @@ def queue_classes(metadata: sa.MetaData | None = None) -> list[type[Any]]:
         for (meta_id, _), cls in QUEUE_CLASSES.items()
         if metadata is None or meta_id == id(metadata)
     ]
+
+
+def own_tables(cls: type[Any]) -> list[sa.Table]:
+    """The tables of a mapped queue class: its own, and those the mixin generated (meta,
+    consumer groups' meta, failed)."""
+    generated = (cls.__dict__.get("__queue_meta__"), cls.__dict__.get("__queue_failed__"))
+    own = [cls.__table__, *cls.__dict__.get("__queue_group_tables__", {}).values()]
+    return own + [t for t in generated if t is not None]

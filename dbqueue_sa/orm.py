@@ -87,19 +87,14 @@ def _refuse_bulk(state: ORMExecuteState) -> None:
 
 
 def _owner(name: str, schema: str | None) -> type[Any] | None:
-    """The queue class one of whose tables (data, meta, slots or failed) is named ``name``
-    (queue tables live in the default schema)."""
-    from dbqueue_sa.mixins import QUEUE_CLASSES
+    """The queue class one of whose tables (data, meta, a group's meta, slots or failed) is
+    named ``name`` (queue tables live in the default schema)."""
+    from dbqueue_sa.mixins import QUEUE_CLASSES, own_tables
 
     if schema is not None:
         return None
     for cls in QUEUE_CLASSES.values():
-        own = (
-            cls.__table__,
-            getattr(cls, "__queue_meta__", None),
-            getattr(cls, "__queue_failed__", None),
-        )
-        if any(t is not None and t.name == name for t in own):
+        if any(t.name == name for t in own_tables(cls)):
             return cls
     return None
 

@@ -3,7 +3,9 @@
 
 - split: the meta table ``<table>_meta`` with its two partial indexes (a unique queue's also
   with ``unique_key`` and its partial unique index); after ``create_all`` the PostgreSQL
-  storage parameters (``dbqueue.schema.tuning_statements``).
+  storage parameters (``dbqueue.schema.tuning_statements``). A queue with consumer groups has
+  instead a meta table per group, ``<table>_meta_<group>`` (with the group's ``last_error``),
+  each tuned as it is created (``dbqueue.schema.group_statements``).
 - ring: the failed table ``<table>_failed``; after the slot table is created, its counters,
   storage parameters and preallocated slots (``dbqueue.schema.ring_slot_statements``), and
   after it is dropped, its counters.
@@ -30,7 +32,13 @@ from sqlalchemy.sql.functions import FunctionElement
 from dbqueue.dialects import Dialect, get_dialect
 from dbqueue.errors import InvalidSpec, UnsupportedDatabase
 from dbqueue.message import State
-from dbqueue.schema import drop_ring_counter_statements, ring_slot_statements, tuning_statements
+from dbqueue.schema import (
+    drop_ring_counter_statements,
+    ring_slot_statements,
+    set_statements,
+    storage_parameters,
+    tuning_statements,
+)
 from dbqueue.spec import QueueSpec
 from dbqueue.unique import UNIQUE_KEY_COLUMN, UniqueScope
 
@@ -225,7 +233,9 @@ def refuse_taken(metadata: sa.MetaData, name: str, queue: str, what: str) -> Non
 
 
 def meta_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
-    """The split layout's meta table on ``data``'s MetaData, created after ``data``."""
+    """The split layout's meta table on ``data``'s MetaData, created after ``data``; for a
+    consumer group's spec (:meth:`QueueSpec.for_group`) that group's meta table, which also
+    keeps the group's own ``last_error`` (see :func:`group_tables`)."""
     columns: dict[str, sa.Column[Any]] = {
         "id": sa.Column(sa.BigInteger(), primary_key=True, autoincrement=False),
         "state": small(0),
@@ -237,9 +247,12 @@ def meta_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
     unique = spec.options.is_unique
     if unique:
         columns[UNIQUE_KEY_COLUMN] = sa.Column(sa.Text(), nullable=True)
+    if spec.group is not None:
+        columns["last_error"] = sa.Column(sa.Text(), nullable=True)
     for name, column in columns.items():
         column.name = column.key = name
-    refuse_taken(data.metadata, spec.meta_table, spec.table, "meta")
+    what = "meta" if spec.group is None else f"consumer group {spec.group!r} meta"
+    refuse_taken(data.metadata, spec.meta_table, spec.table, what)
     meta = sa.Table(spec.meta_table, data.metadata, *columns.values())
     c = meta.c
     sa.Index(
@@ -255,8 +268,23 @@ def meta_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
     dialect_types(meta)
     # The tuning statements alter both tables: create the meta table last.
     meta.add_is_dependent_on(data)
-    sa.event.listen(meta, "after_create", _run(lambda d: tuning_statements(spec, d)))
+    if spec.group is None:
+        sa.event.listen(meta, "after_create", _run(lambda d: tuning_statements(spec, d)))
+    else:  # the group's own table only: adding a group leaves the others as they are
+        tuned = _run(lambda d: set_statements(storage_parameters(spec, d)[:1], d))
+        sa.event.listen(meta, "after_create", tuned)
     return meta
+
+
+def group_tables(spec: QueueSpec, data: sa.Table) -> dict[str, sa.Table]:
+    """A queue with consumer groups: each group's meta table ``<table>_meta_<group>`` (by
+    group name) on ``data``'s MetaData, as ``dbqueue.schema.group_statements`` creates it,
+    and the data table's storage parameters set after it is created (it has no
+    ``<table>_meta`` whose creation would set them)."""
+    tables = {group: meta_table(spec.for_group(group), data) for group in spec.options.groups}
+    data_tuning = _run(lambda d: set_statements(storage_parameters(spec, d)[-1:], d))
+    sa.event.listen(data, "after_create", data_tuning)
+    return tables
 
 
 def unique_index(name: str, meta: sa.Table, scope: UniqueScope) -> sa.Index:

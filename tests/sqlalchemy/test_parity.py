@@ -10,7 +10,9 @@ columns (nullability, normalised type, key, has a default), numeric defaults, th
 partial indexes, the key's sequence, the ring's slots and counters, the failed tables and
 PostgreSQL's storage parameters. A class with a column of every kind SQLAlchemy can declare
 (``Kinds``) is compared with the core's DDL for its spec the same way, and so are the unique
-queues of each scope (``tests.sqlalchemy.unique_jobs``) with their Django twins.
+queues of each scope (``tests.sqlalchemy.unique_jobs``) with their Django twins. A queue
+with consumer groups (``tests.sqlalchemy.fanout_jobs.Order``) is compared with the core's DDL
+for its spec: its data table and each group's meta table.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from tests.django.test_parity import UNIQUE_META_INDEXES, indexes, numeric_defau
 from tests.django.test_parity import columns as django_columns
 from tests.django.test_ring_parity import counter, slot_shape
 from tests.django.testapp import models as django_models
+from tests.sqlalchemy.fanout_jobs import GROUPS, FanoutBase, Order
 from tests.sqlalchemy.models import Base, Job, Tick
 from tests.sqlalchemy.unique_jobs import QueuedUniqueJob, StoredUniqueJob, UniqueBase, UniqueJob
 
@@ -141,7 +144,8 @@ def core_ddl(engine: sa.Engine, *specs: QueueSpec) -> Iterator[None]:
     for spec in specs:
         if spec.options.capacity is None:
             create += create_statements(spec, dialect)
-            drop += [f'DROP TABLE IF EXISTS "{t}"' for t in (spec.meta_table, spec.table)]
+            tables = (*spec.group_meta_tables, spec.meta_table, spec.table)
+            drop += [f'DROP TABLE IF EXISTS "{t}"' for t in tables]
         else:
             create += create_ring_statements(spec, dialect)
             drop += drop_ring_statements(spec, dialect)
@@ -318,6 +322,34 @@ def test_the_unique_queues_agree(
 
 def unique_indexes(alias: str, table: str) -> dict[str, tuple[Any, ...]]:
     return indexes(alias, table, UNIQUE_META_INDEXES)
+
+
+# -- consumer groups, against the core's DDL ------------------------------------------------
+
+
+def test_a_grouped_queue_matches_the_core_ddl(alias: str, engine: sa.Engine) -> None:
+    """The data table and each group's meta table (with its own ``last_error``, partial
+    indexes and, on PostgreSQL, storage parameters) as create_all and the core's DDL make
+    them; no ``<table>_meta``."""
+    names = (Order.__tablename__, f"sa_core_{Order.__tablename__}")
+    core = dataclasses.replace(spec_of(Order), table=names[1])
+    ours = [Order.__table__, *Order.__queue_group_tables__.values()]
+    with created(engine, FanoutBase.metadata, ours), core_ddl(engine, core):
+        same(columns, alias, names)
+        for group in GROUPS:
+            group_names = suffixed(names, f"_meta_{group}")
+            found = same(columns, alias, group_names)
+            assert "last_error" in found
+            assert set(same(numeric_defaults, alias, group_names)) == {
+                "state", "priority", "attempts",
+            }  # fmt: skip
+            assert set(same(indexes, alias, group_names)) == {"pk", "ready", "leased"}
+            if alias == "default":
+                assert "fillfactor=80" in same(reloptions, alias, group_names)
+        if alias == "default":
+            data = same(reloptions, alias, names)
+            assert "autovacuum_vacuum_insert_scale_factor=0.05" in data
+        assert not sa.inspect(engine).has_table(f"{names[0]}_meta")
 
 
 # -- every kind, against the core's DDL -----------------------------------------------------
