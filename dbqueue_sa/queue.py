@@ -91,6 +91,16 @@ class SessionQueue[M](FrontQueue[M]):
         return self.queue.instance(row, extras)
 
 
+class GroupSessionQueue[M](SessionQueue[M]):
+    """A consumer group of a class's queue bound to one Session or Connection
+    (:meth:`SAGroupQueue.on`): its pushes go to the queue, which delivers to every group."""
+
+    queue: SAGroupQueue[M]
+
+    def pusher(self) -> FrontQueue[M]:
+        return self.queue.parent.on(self.target)
+
+
 class RingSessionQueue[M](SessionQueue[M], RingFrontQueue[M]):
     """A ring class's queue bound to one Session or Connection."""
 
@@ -153,6 +163,32 @@ class SAQueue[M]:
         """This queue bound to ``target``: the same operations without the session argument
         (``Job.queue.on(session).push(...)``)."""
         return cast(SessionQueue[M], self.bound(self, target))
+
+    def group(self, name: str) -> SAGroupQueue[M]:
+        """Consumer group ``name`` of this queue (``QueueOptions.groups``): the same
+        operations, each taking the Session first, on that group's deliveries only
+        (``Order.queue.group("email").pop_batch(session, 10)``); pushes go to the queue
+        itself, which delivers each item to every group. InvalidArgument for a group the
+        queue does not declare."""
+        found = self._groups.get(name)
+        if found is None:
+            found = self._groups.setdefault(name, SAGroupQueue(self, name))
+        return found
+
+    @cached_property
+    def _groups(self) -> dict[str, SAGroupQueue[M]]:
+        return {}
+
+    def _meta(self) -> sa.Table:
+        """The meta table the queries read (:meth:`items`, :meth:`failed`)."""
+        spec = self.spec
+        if spec.fans_out:
+            raise InvalidArgument(
+                f"{self.model.__name__} delivers each item to each of its consumer groups "
+                f"({', '.join(spec.options.groups)}), each with its own state: query one, "
+                f"{self.model.__name__}.queue.group({spec.options.groups[0]!r}).items()"
+            )
+        return cast(sa.Table, self.model.__queue_meta__)  # type: ignore[attr-defined]
 
     # -- connections --------------------------------------------------------------------------
 
@@ -328,7 +364,7 @@ class SAQueue[M]:
     def items(self, state: State | str | int | None = None) -> sa.Select[Any]:
         """A query of the items: rows of (instance, state, attempts, priority, run_at,
         lease_until), optionally of one state; run it with ``session.execute(...)``."""
-        meta = self.model.__queue_meta__  # type: ignore[attr-defined]
+        meta = self._meta()
         key = self.mapper.primary_key[0]
         query = (
             sa.select(
@@ -348,12 +384,48 @@ class SAQueue[M]:
 
     def failed(self) -> sa.Select[Any]:
         """Failed items, newest first: rows of (instance, attempts, failed_at), with the
-        error in the instance's ``last_error``."""
-        meta = self.model.__queue_meta__  # type: ignore[attr-defined]
+        error in the instance's ``last_error`` (a consumer group's: rows of (instance,
+        attempts, failed_at, last_error), the group's own error)."""
+        meta = self._meta()
         key = self.mapper.primary_key[0]
+        errors = [meta.c.last_error] if self.spec.group is not None else []
         return (
-            sa.select(self.model, meta.c.attempts, meta.c.run_at.label("failed_at"))
+            sa.select(self.model, meta.c.attempts, meta.c.run_at.label("failed_at"), *errors)
             .join(meta, meta.c.id == key)
             .where(meta.c.state == int(State.FAILED))
             .order_by(meta.c.run_at.desc(), key.desc())
         )
+
+
+class SAGroupQueue[M](SAQueue[M]):
+    """Consumer group ``name`` of a class's queue (``Model.queue.group(name)``, see
+    :meth:`SAQueue.group`): every operation of :class:`SAQueue` on the group's deliveries,
+    with the group's core queue (:meth:`dbqueue.split.SplitQueue.group`) on the session's
+    connection; ``items()`` and ``failed()`` query the group's meta table."""
+
+    bound = GroupSessionQueue
+
+    def __init__(self, parent: SAQueue[M], name: str) -> None:
+        self._spec = parent.spec.for_group(name)  # InvalidArgument for a group not declared
+        super().__init__(parent.model)
+        self.parent, self.name = parent, name
+
+    @property
+    def spec(self) -> QueueSpec:
+        """The group's core spec (:meth:`dbqueue.spec.QueueSpec.for_group`)."""
+        return self._spec
+
+    def on(self, target: Target) -> GroupSessionQueue[M]:
+        return cast(GroupSessionQueue[M], super().on(target))
+
+    def group(self, name: str) -> SAGroupQueue[M]:
+        return self.parent.group(name)
+
+    def _bind(self, target: Target, *, commits: bool = False) -> tuple[AnyQueue, SAExecutor]:
+        core, ex = self.parent._bind(target, commits=commits)
+        assert isinstance(core, SplitQueue)  # only a split queue has groups
+        return core.group(self.name), ex
+
+    def _meta(self) -> sa.Table:
+        tables: dict[str, sa.Table] = self.model.__queue_group_tables__  # type: ignore[attr-defined]
+        return tables[self.name]
