@@ -46,11 +46,13 @@ def errand_free() -> Iterator[None]:
 
 def test_importing_a_module_registers_its_handlers() -> None:
     registered = handlers()
-    assert registered[Job].func is handlers_app.record_job
-    assert (registered[Job].batch, registered[Job].batch_size) == (False, 10)
-    assert (registered[Tick].batch, registered[Tick].batch_size) == (True, 4)
-    assert registered[Job].label == "Job (sa_job) -> tests.sqlalchemy.handlers_app.record_job"
-    assert registered[Tick].model is Tick
+    assert registered[(Job, None)].func is handlers_app.record_job
+    assert (registered[(Job, None)].batch, registered[(Job, None)].batch_size) == (False, 10)
+    assert (registered[(Tick, None)].batch, registered[(Tick, None)].batch_size) == (True, 4)
+    assert (
+        registered[(Job, None)].label == "Job (sa_job) -> tests.sqlalchemy.handlers_app.record_job"
+    )
+    assert registered[(Tick, None)].model is Tick
 
 
 @pytest.mark.usefixtures("errand_free")
@@ -58,7 +60,7 @@ def test_the_decorator_returns_the_function_and_defaults_the_batch_size() -> Non
     def run(errands: list[Errand]) -> None: ...
 
     assert handler(Errand, batch=True)(run) is run
-    registered = handlers()[Errand]
+    registered = handlers()[(Errand, None)]
     assert (registered.func, registered.batch, registered.batch_size) == (
         run,
         True,
@@ -77,7 +79,7 @@ def test_a_second_handler_for_one_queue_is_refused() -> None:
         @handler(Errand)
         def second(errand: Errand) -> None: ...
 
-    assert handlers()[Errand].func is first
+    assert handlers()[(Errand, None)].func is first
 
 
 @pytest.mark.usefixtures("errand_free")
@@ -86,7 +88,7 @@ def test_registering_the_same_function_again_is_harmless() -> None:
 
     handler(Errand)(handle)
     handler(Errand, batch_size=3)(handle)  # a module imported twice, say
-    assert handlers()[Errand].batch_size == 3
+    assert handlers()[(Errand, None)].batch_size == 3
 
 
 def test_a_ring_class_takes_a_handler() -> None:
@@ -97,7 +99,7 @@ def test_a_ring_class_takes_a_handler() -> None:
 
     try:
         handler(Beat)(print)
-        assert handlers()[Beat].func is print
+        assert handlers()[(Beat, None)].func is print
     finally:
         unregister(Beat)
 
@@ -126,4 +128,4 @@ def test_only_mapped_queue_classes_take_handlers(model: Any) -> None:
 def test_bad_options_are_refused(options: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
         handler(Errand, **options)
-    assert Errand not in handlers()
+    assert (Errand, None) not in handlers()

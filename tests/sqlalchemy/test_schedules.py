@@ -37,7 +37,7 @@ def engine(url: str) -> Iterator[sa.Engine]:
 
 
 def test_worker_threads_racing_for_a_tick_push_it_once(engine: sa.Engine, url: str) -> None:
-    worker = build_worker([handlers()[Report]], url=url)
+    worker = build_worker([handlers()[(Report, None)]], url=url)
     target: ScheduleTarget = worker.consumers[0].queue  # type: ignore[assignment]
     (schedule,) = schedules_of(build_report)
     now = {"at": TICK - dt.timedelta(hours=12)}

@@ -58,7 +58,7 @@ def test_a_burst_runs_a_per_item_handler_on_every_job(
     engine: sa.Engine, url: str, received: list[str]
 ) -> None:
     push(engine, Job, [{"name": f"j{i}"} for i in range(25)])
-    stats = run(url, handlers()[Job])
+    stats = run(url, handlers()[(Job, None)])
     assert (stats.handled, stats.failed, stats.batches) == (25, 0, 3)  # batch_size=10
     assert sorted(received) == sorted(f"j{i}" for i in range(25))
     with Session(engine) as session:
@@ -78,7 +78,7 @@ def test_handlers_get_instances_of_the_mapped_class(engine: sa.Engine, url: str)
 
 def test_a_batch_handler_on_a_ring(engine: sa.Engine, url: str, received: list[str]) -> None:
     push(engine, Tick, ticks("A", "B", "C", "D", "E", "F"))
-    stats = run(url, handlers()[Tick])
+    stats = run(url, handlers()[(Tick, None)])
     assert (stats.handled, stats.failed, stats.batches) == (6, 0, 2)  # batch_size=4
     assert received == ["A", "B", "C", "D", "E", "F"]  # a ring delivers in push order
 
@@ -87,7 +87,7 @@ def test_a_failing_handler_fails_its_item_with_the_traceback(
     engine: sa.Engine, url: str, received: list[str]
 ) -> None:
     push(engine, Job, [{"name": "ok"}, {"name": "boom"}])
-    stats = run(url, handlers()[Job])
+    stats = run(url, handlers()[(Job, None)])
     # Job's back-off keeps the failed item out of the rest of the burst.
     assert (stats.handled, stats.retried, stats.failed) == (1, 1, 0)  # items, not attempts
     assert received == ["ok"]
@@ -101,7 +101,7 @@ def test_a_failing_handler_fails_its_item_with_the_traceback(
 def test_max_attempts_then_failed(chores: sa.Engine, url: str) -> None:
     push(chores, Chore, [{"task": "dishes"}])
     # No back-off: the same burst takes the chore through both of its attempts.
-    stats = run(url, handlers()[Chore])
+    stats = run(url, handlers()[(Chore, None)])
     assert (stats.handled, stats.retried, stats.failed) == (0, 1, 1)
     with Session(chores) as session:
         ((chore, attempts, _),) = session.execute(Chore.queue.failed()).all()
@@ -114,7 +114,7 @@ def test_a_failing_batch_on_a_ring_reaches_the_failed_table(engine: sa.Engine, u
     # No back-off: a failed attempt leaves the ring, due at once; the burst's next pop finds
     # the ring empty and pushes it again, so one burst takes the batch through both attempts.
     attempts = Tick.__queue_spec__.options.max_attempts
-    stats = run(url, handlers()[Tick])
+    stats = run(url, handlers()[(Tick, None)])
     assert (stats.retried, stats.failed) == (3 * (attempts - 1), 3)  # the whole batch, each time
     with Session(engine) as session:
         failed = session.execute(Tick.queue.failed()).all()
@@ -125,7 +125,9 @@ def test_a_failing_batch_on_a_ring_reaches_the_failed_table(engine: sa.Engine, u
 
 def test_max_messages_concurrency_and_batch_size(engine: sa.Engine, url: str) -> None:
     push(engine, Job, [{"name": f"j{i}"} for i in range(30)])
-    worker = build_worker([handlers()[Job]], url=url, concurrency=2, batch_size=3, max_messages=7)
+    worker = build_worker(
+        [handlers()[(Job, None)]], url=url, concurrency=2, batch_size=3, max_messages=7
+    )
     stats = worker.run(handle_signals=False)
     assert stats.handled == 7
     with Session(engine) as session:
@@ -133,7 +135,7 @@ def test_max_messages_concurrency_and_batch_size(engine: sa.Engine, url: str) ->
 
 
 def test_the_worker_shares_the_core_queue_of_the_class(engine: sa.Engine, url: str) -> None:
-    worker = build_worker([handlers()[Tick]], url=url, burst=True)
+    worker = build_worker([handlers()[(Tick, None)]], url=url, burst=True)
     (consumer,) = worker.consumers
     assert isinstance(consumer.queue, ExecutorQueue)
     with Session(engine) as session:
@@ -143,7 +145,7 @@ def test_the_worker_shares_the_core_queue_of_the_class(engine: sa.Engine, url: s
 
 def test_wake_ups_where_the_database_notifies(backend: str, engine: sa.Engine, url: str) -> None:
     # Not a burst, which never waits for a push and so opens no listener.
-    worker = build_worker([handlers()[Job], handlers()[Tick]], url=url)
+    worker = build_worker([handlers()[(Job, None)], handlers()[(Tick, None)]], url=url)
     channels = [c.queue.channel for c in worker.consumers]
     if backend == "postgresql":
         assert channels == ["dbqueue_sa_job", "dbqueue_sa_tick"]
@@ -154,14 +156,14 @@ def test_wake_ups_where_the_database_notifies(backend: str, engine: sa.Engine, u
 
 
 def test_a_missing_split_table_stops_the_worker(engine: sa.Engine, url: str) -> None:
-    worker = build_worker([handlers()[Chore]], url=url, burst=True)  # never created
+    worker = build_worker([handlers()[(Chore, None)]], url=url, burst=True)  # never created
     with pytest.raises(QueueTableMissing, match="sa_chore"):
         worker.run(handle_signals=False)
 
 
 def test_a_missing_ring_table_is_found_before_the_worker_starts(url: str) -> None:
     with pytest.raises(QueueTableMissing, match="sa_tick"):
-        build_worker([handlers()[Tick]], url=url)  # no engine fixture: no tables
+        build_worker([handlers()[(Tick, None)]], url=url)  # no engine fixture: no tables
 
 
 @pytest.mark.parametrize(
@@ -205,5 +207,5 @@ def test_the_libpq_parameters_of_a_url() -> None:
 
 
 def test_a_lease_is_the_queue_option(engine: sa.Engine, url: str) -> None:
-    worker = build_worker([handlers()[Job]], url=url)
+    worker = build_worker([handlers()[(Job, None)]], url=url)
     assert worker.consumers[0].queue.lease == dt.timedelta(seconds=30)
