@@ -11,7 +11,7 @@ import json
 from sqlalchemy.exc import DBAPIError
 
 from dbqueue.schedule_listing import schedule_json, schedule_table
-from dbqueue.schedules import schedules_of
+from dbqueue.schedules import Schedule, schedules_of
 from dbqueue_sa.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -38,12 +38,13 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     url = url_of(args)
     import_modules(args.modules, args.verbosity)
-    # dict.fromkeys: a queue's own schedules once, whatever the number of its groups' handlers.
-    declared = list(dict.fromkeys(
-        (schedule, model.__queue_spec__.table)
-        for (model, _), registered in handlers().items()
-        for schedule in (*schedules_of(registered.func), *model.__queue_spec__.options.schedule)
-    ))  # fmt: skip
+    declared: list[tuple[Schedule, str]] = []
+    for (model, _), registered in handlers().items():
+        for schedule in (*schedules_of(registered.func), *model.__queue_spec__.options.schedule):
+            # A queue's own schedules once, whatever the number of its groups' handlers (by
+            # equality: a schedule holds a dict, so it cannot be a key).
+            if (schedule, model.__queue_spec__.table) not in declared:
+                declared.append((schedule, model.__queue_spec__.table))
     engine = engine_for(url)
     try:
         with engine.connect() as connection:
