@@ -24,6 +24,7 @@ from dbqueue.conninfo import libpq_conninfo as conninfo_from_params
 from dbqueue.drivers import executor_for
 from dbqueue.errors import InvalidArgument, UnsupportedDatabase
 from dbqueue.executor import Executor
+from dbqueue.spec import QueueSpec
 from dbqueue.wakeup import PollPolicy
 from dbqueue.worker import Consumer, Worker
 from dbqueue.worker.loop import SUMMARY_EVERY
@@ -116,6 +117,12 @@ class Connector:
         return lambda: _open_psycopg(url)
 
 
+def consumer_name(spec: QueueSpec) -> str:
+    """How logs and stats name a consumer: its table, and a consumer group's name
+    (``orders[email]``)."""
+    return spec.table if spec.group is None else f"{spec.table}[{spec.group}]"
+
+
 def build_worker(
     handlers: Iterable[Handler],
     *,
@@ -138,7 +145,9 @@ def build_worker(
     application that runs a worker in its own process shares its ring's pop claims with it),
     and to check that every ring table has the declared capacity. Raises
     :class:`~dbqueue.errors.QueueTableMissing` or
-    :class:`~dbqueue.errors.RingCapacityMismatch` before anything runs.
+    :class:`~dbqueue.errors.RingCapacityMismatch` before anything runs. A consumer
+    group's handler (``@handler(Model, group=...)``) runs on that group's deliveries
+    (``Model.queue.group(name)``), named ``table[group]`` in logs and stats.
     """
     connector = Connector(url)
     selected = list(handlers)
@@ -150,6 +159,8 @@ def build_worker(
                 queue: SAQueue[Any] = h.model.queue
                 if isinstance(queue, RingSAQueue):
                     queue.check(connection)
+                if h.group is not None:  # a consumer group's handler runs on its group
+                    queue = queue.group(h.group)
                 consumers.append(
                     Consumer(
                         ExecutorQueue(
@@ -158,6 +169,7 @@ def build_worker(
                             # Popped messages as instances of the class (acks and fails
                             # take them back: they carry id and attempts).
                             make=queue.instance,
+                            name=consumer_name(queue.spec),
                             listen=connector.listen_factory(),
                             database=connector.key,
                         ),

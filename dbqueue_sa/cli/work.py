@@ -34,6 +34,13 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
         "a handler)",
     )
     parser.add_argument(
+        "--group",
+        action="append",
+        metavar="NAME",
+        help="run only the handlers of this consumer group (repeat for more; default: every "
+        "handler of the selected queues)",
+    )
+    parser.add_argument(
         "--concurrency",
         type=positive_int,
         default=1,
@@ -98,13 +105,28 @@ def _select(tables: Sequence[str] | None) -> list[Handler]:
     return selected
 
 
+def _select_groups(selected: list[Handler], groups: Sequence[str] | None) -> list[Handler]:
+    """The handlers of ``selected`` whose consumer group is one of ``groups`` (all of them
+    without ``--group``); CommandError for a group no selected queue has."""
+    if not groups:
+        return selected
+    known = {g for h in selected for g in h.model.__queue_spec__.options.groups}
+    unknown = [g for g in dict.fromkeys(groups) if g not in known]
+    if unknown:
+        raise CommandError(
+            f"unknown consumer group {', '.join(map(repr, unknown))}: no selected queue has it "
+            f"(their groups: {', '.join(sorted(known)) or 'none'})"
+        )
+    return [h for h in selected if h.group in groups]
+
+
 def _run_worker(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         require_prometheus()  # before connecting to anything
     url = url_of(args)
     import_modules(args.modules, args.verbosity)
     worker = build_worker(
-        _select(args.queue),
+        _select_groups(_select(args.queue), args.group),
         url=url,
         concurrency=args.concurrency,
         batch_size=args.batch_size,
