@@ -56,6 +56,12 @@ class FoundQueue(discovery.FoundQueue):
     #: The mapped class, for a declared queue.
     model: type[Any] | None = None
 
+    @property
+    def name(self) -> str:
+        """The queue's table, and for a consumer group its name (``orders[email]``)."""
+        spec = self.spec
+        return spec.table if spec.group is None else f"{spec.table}[{spec.group}]"
+
     def on(self, connection: sa.Connection) -> ExecutorFront[Message]:
         """The queue on ``connection``, as the front layer runs it."""
         return ExecutorFront(self.core(connection), SAExecutor(connection))
@@ -64,6 +70,8 @@ class FoundQueue(discovery.FoundQueue):
         """The core queue (the class's own for a declared queue)."""
         if self.model is not None:
             queue: SAQueue[Any] = self.model.queue
+            if self.spec.group is not None:
+                queue = queue.group(self.spec.group)
             return queue.core(connection)
         layout = RingQueue if self.ring else SplitQueue
         return layout(self.spec, core_dialect_of(connection.dialect))
@@ -112,12 +120,19 @@ class FoundQueue(discovery.FoundQueue):
 
 
 def declared(classes: Iterable[type[Any]]) -> list[FoundQueue]:
-    """The queues of mapped queue classes, by table name."""
+    """The queues of mapped queue classes, by table name; a queue with consumer groups as one
+    queue per group, named ``table[group]``."""
     found = []
     for cls in classes:
         if issubclass(cls, RingQueueMixin):
             slots = sa.inspect(cls).local_table
             found.append(FoundQueue(cls.__queue_spec__, slots, cls.__queue_failed__, cls))
+        elif cls.__queue_spec__.fans_out:  # each consumer group is a queue of its own here
+            spec: QueueSpec = cls.__queue_spec__
+            found.extend(
+                FoundQueue(spec.for_group(group), table, model=cls)
+                for group, table in cls.__queue_group_tables__.items()
+            )
         else:
             found.append(FoundQueue(cls.__queue_spec__, cls.__queue_meta__, model=cls))
     return sorted(found, key=lambda q: q.name)

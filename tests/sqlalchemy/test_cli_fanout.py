@@ -1,10 +1,11 @@
 """The ``dbqueue`` command line on a queue with consumer groups (``tests.sqlalchemy.fanout_jobs``,
 handlers in ``tests.sqlalchemy.fanout_app``), run as a subprocess against real databases: a
-burst worker handles each item once per group, and ``--group`` selects the handlers of some
-groups."""
+burst worker handles each item once per group, ``--group`` selects the handlers of some
+groups, and ``stats`` reports each group's counts."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,3 +78,25 @@ def test_a_group_no_selected_queue_has_is_refused(url: str) -> None:
     assert done.returncode == 2
     assert "unknown consumer group 'sms': no selected queue has it" in done.stderr
     assert "(their groups: email, search)" in done.stderr
+
+
+def test_stats_reports_each_groups_counts(orders: sa.Engine, url: str) -> None:
+    with Session(orders) as session, session.begin():
+        Order.queue.group("email").pop_batch(session, 1)
+    done = dbqueue("stats", "--url", url, APP, "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {r["queue"]: r for r in json.loads(done.stdout)["queues"]}
+    assert set(rows) == {"sa_order[email]", "sa_order[search]"}
+    email, search = rows["sa_order[email]"], rows["sa_order[search]"]
+    assert (email["layout"], email["ready"], email["leased"]) == ("split", 2, 1)
+    assert (search["ready"], search["leased"]) == (3, 0)
+    table = dbqueue("stats", "--url", url, APP)
+    assert table.returncode == 0, table.stderr
+    assert "sa_order[email]" in table.stdout and "sa_order[search]" in table.stdout
+
+
+def test_stats_without_modules_does_not_fail_on_a_grouped_queue(
+    orders: sa.Engine, url: str
+) -> None:
+    done = dbqueue("stats", "--url", url, "--json")
+    assert done.returncode == 0, done.stderr
