@@ -18,12 +18,13 @@ from dbqueue.dialects import Dialect
 from dbqueue.ring import RingQueue
 from dbqueue.schema import (
     RING_BASE_COLUMNS,
+    Parameters,
     drop_ring_counter_statements,
     reset_statements,
     ring_plain_statements,
     ring_storage_parameters,
+    set_statements,
     storage_parameters,
-    tuning_statements,
 )
 from dbqueue.spec import QueueOptions, QueueSpec, index_name
 from dbqueue_sa.executor import SAExecutor
@@ -217,11 +218,20 @@ class AlterQueueRingOp(QueueOp):
 
 
 class TuningOp(QueueOp):
-    """The storage parameters of a split queue's tables (PostgreSQL; nothing elsewhere)."""
+    """The storage parameters of a split queue's tables (PostgreSQL; nothing elsewhere): with
+    ``groups``, a queue with consumer groups, whose meta tables are its groups'."""
 
-    def __init__(self, table_name: str) -> None:
+    def __init__(self, table_name: str, groups: tuple[str, ...] | None = None) -> None:
         super().__init__(table_name)
-        self.spec = table_spec(table_name)
+        self.groups = tuple(groups) if groups else None
+        self.spec = QueueSpec(table_name, (), QueueOptions(groups=self.groups or ()))
+
+    def arguments(self) -> dict[str, Any]:
+        return {"groups": self.groups}
+
+    def parameters(self, dialect: Dialect) -> list[Parameters]:
+        """What the operation sets or resets."""
+        return storage_parameters(self.spec, dialect)
 
 
 @Operations.register_operation("tune_queue_tables")
@@ -231,13 +241,16 @@ class TuneQueueTablesOp(TuningOp):
     name = "tune_queue_tables"
 
     @classmethod
-    def tune_queue_tables(cls, operations: Operations, table_name: str) -> None:
-        """Set the storage parameters of the split queue ``table_name`` and its meta table
+    def tune_queue_tables(
+        cls, operations: Operations, table_name: str, *, groups: tuple[str, ...] | None = None
+    ) -> None:
+        """Set the storage parameters of the split queue ``table_name`` and its meta table,
+        or with ``groups`` its consumer groups' meta tables
         (``dbqueue.schema.tuning_statements``; nothing on SQLite)."""
-        operations.invoke(cls(table_name))
+        operations.invoke(cls(table_name, groups))
 
     def reverse(self) -> UntuneQueueTablesOp:
-        return UntuneQueueTablesOp(self.table_name)
+        return UntuneQueueTablesOp(self.table_name, self.groups)
 
 
 @Operations.register_operation("untune_queue_tables")
@@ -247,12 +260,64 @@ class UntuneQueueTablesOp(TuningOp):
     name = "untune_queue_tables"
 
     @classmethod
-    def untune_queue_tables(cls, operations: Operations, table_name: str) -> None:
+    def untune_queue_tables(
+        cls, operations: Operations, table_name: str, *, groups: tuple[str, ...] | None = None
+    ) -> None:
         """Reset the storage parameters ``tune_queue_tables`` set (nothing on SQLite)."""
-        operations.invoke(cls(table_name))
+        operations.invoke(cls(table_name, groups))
 
     def reverse(self) -> TuneQueueTablesOp:
-        return TuneQueueTablesOp(self.table_name)
+        return TuneQueueTablesOp(self.table_name, self.groups)
+
+
+class GroupTuningOp(TuningOp):
+    """The storage parameters of one consumer group's meta table, added to a queue whose
+    other tables are tuned already."""
+
+    def __init__(self, table_name: str, group: str) -> None:
+        super().__init__(table_name, (group,))
+        self.group = group
+
+    def arguments(self) -> dict[str, Any]:
+        return {"group": self.group}
+
+    def render(self) -> str:
+        return f"op.{self.name}({self.table_name!r}, {self.group!r})"
+
+    def parameters(self, dialect: Dialect) -> list[Parameters]:
+        return storage_parameters(self.spec.for_group(self.group), dialect)[:1]
+
+
+@Operations.register_operation("tune_queue_group")
+class TuneQueueGroupOp(GroupTuningOp):
+    """Set the storage parameters of a consumer group's meta table (after its
+    ``create_table``: a group added to a queue)."""
+
+    name = "tune_queue_group"
+
+    @classmethod
+    def tune_queue_group(cls, operations: Operations, table_name: str, group: str) -> None:
+        """Set the storage parameters of the meta table of consumer group ``group`` of the
+        queue ``table_name`` (nothing on SQLite)."""
+        operations.invoke(cls(table_name, group))
+
+    def reverse(self) -> UntuneQueueGroupOp:
+        return UntuneQueueGroupOp(self.table_name, self.group)
+
+
+@Operations.register_operation("untune_queue_group")
+class UntuneQueueGroupOp(GroupTuningOp):
+    """Reset what :class:`TuneQueueGroupOp` set."""
+
+    name = "untune_queue_group"
+
+    @classmethod
+    def untune_queue_group(cls, operations: Operations, table_name: str, group: str) -> None:
+        """Reset the storage parameters ``tune_queue_group`` set (nothing on SQLite)."""
+        operations.invoke(cls(table_name, group))
+
+    def reverse(self) -> TuneQueueGroupOp:
+        return TuneQueueGroupOp(self.table_name, self.group)
 
 
 def _dialect(operations: Operations) -> Dialect:
@@ -307,14 +372,17 @@ def _alter_queue_ring(operations: Operations, op: AlterQueueRingOp) -> None:
 
 
 @Operations.implementation_for(TuneQueueTablesOp)
-def _tune_queue_tables(operations: Operations, op: TuneQueueTablesOp) -> None:
-    _run(operations, tuning_statements(op.spec, _dialect(operations)))
+@Operations.implementation_for(TuneQueueGroupOp)
+def _tune_queue_tables(operations: Operations, op: TuningOp) -> None:
+    dialect = _dialect(operations)
+    _run(operations, set_statements(op.parameters(dialect), dialect))
 
 
 @Operations.implementation_for(UntuneQueueTablesOp)
-def _untune_queue_tables(operations: Operations, op: UntuneQueueTablesOp) -> None:
+@Operations.implementation_for(UntuneQueueGroupOp)
+def _untune_queue_tables(operations: Operations, op: TuningOp) -> None:
     dialect = _dialect(operations)
-    _run(operations, reset_statements(storage_parameters(op.spec, dialect), dialect))
+    _run(operations, reset_statements(op.parameters(dialect), dialect))
 
 
 # -- the parts of a ring outside the metadata ---------------------------------------------

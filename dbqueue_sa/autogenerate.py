@@ -34,6 +34,7 @@ from dbqueue_sa.alembic_ops import (
     CreateQueueRingOp,
     DropQueueRingOp,
     QueueOp,
+    TuneQueueGroupOp,
     TuneQueueTablesOp,
     has_counters,
     is_ring_part,
@@ -81,7 +82,7 @@ def _tuning_change(autogen_context: AutogenContext, spec: QueueSpec) -> QueueOp 
     for table, wanted in storage_parameters(spec, dialect):
         options = _storage_parameters(autogen_context.connection, table)  # type: ignore[arg-type]
         if any(options.get(name) != value for name, value in wanted.items()):
-            return TuneQueueTablesOp(spec.table)
+            return TuneQueueTablesOp(spec.table, spec.options.groups or None)
     return None
 
 
@@ -94,18 +95,28 @@ def _storage_parameters(connection: sa.Connection, table: str) -> dict[str, str]
     return dict(str(item).split("=", 1) for item in options)
 
 
-def _queue_op(autogen_context: AutogenContext, cls: type[Any], created: set[str]) -> QueueOp | None:
+def _queue_ops(autogen_context: AutogenContext, cls: type[Any], created: set[str]) -> list[QueueOp]:
     spec: QueueSpec = cls.__queue_spec__
     table: sa.Table = cls.__table__
     ring = issubclass(cls, RingQueueMixin)
-    if spec.table in created or (not ring and spec.meta_table in created):
+    groups = spec.options.groups or None
+    if spec.table in created or (not ring and not groups and spec.meta_table in created):
         if ring:
             assert spec.options.capacity is not None  # a ring spec always has one
-            return CreateQueueRingOp(spec.table, spec.options.capacity)
-        return TuneQueueTablesOp(spec.table)
+            return [CreateQueueRingOp(spec.table, spec.options.capacity)]
+        return [TuneQueueTablesOp(spec.table, groups)]
     if not _included(autogen_context, table) or not autogen_context.inspector.has_table(spec.table):
-        return None
-    return _ring_change(autogen_context, spec) if ring else _tuning_change(autogen_context, spec)
+        return []
+    if ring:
+        change = _ring_change(autogen_context, spec)
+        return [] if change is None else [change]
+    # Consumer groups added to an existing queue: their tables only.
+    added = [g for g in spec.options.groups if spec.for_group(g).meta_table in created]
+    ops: list[QueueOp] = [TuneQueueGroupOp(spec.table, g) for g in added]
+    if not added:
+        change = _tuning_change(autogen_context, spec)
+        ops += [] if change is None else [change]
+    return ops
 
 
 def _held_states(predicate: str) -> frozenset[int]:
@@ -250,9 +261,7 @@ def compare_queues(
             if isinstance(op, CreateTableOp) and op.schema is None
         }
         for cls in _target_classes(autogen_context):
-            queue_op = _queue_op(autogen_context, cls, created)
-            if queue_op is not None:
-                upgrade_ops.ops.append(queue_op)
+            upgrade_ops.ops.extend(_queue_ops(autogen_context, cls, created))
             scope_op = _unique_scope_change(autogen_context, cls, created)
             if scope_op is not None:
                 upgrade_ops.ops.append(scope_op)

@@ -1,0 +1,132 @@
+"""What Alembic's autogenerate writes for consumer groups, through its real commands on real
+PostgreSQL and SQLite: a new grouped queue gets its data table and each group's table, then
+``tune_queue_tables`` with its groups; a group added later gets its table and
+``tune_queue_group`` only; a group removed is dropped; each downgrade undoes its upgrade."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.orm import DeclarativeBase, Session
+
+from dbqueue_sa import QueueMixin
+from tests.sqlalchemy.conftest import sync_url
+from tests.sqlalchemy.fanout_jobs import GROUPS, Order, OrderColumns
+from tests.sqlalchemy.test_migrations import autogenerate, environment, ops_of
+
+pytestmark = pytest.mark.sqlalchemy
+
+TABLE = Order.__tablename__
+
+
+class TwoBase(DeclarativeBase):
+    """Order alone, with its two groups."""
+
+
+class TwoGroups(OrderColumns, QueueMixin, TwoBase):
+    __tablename__ = TABLE
+    __queue_options__ = Order.__queue_options__
+
+
+class ThreeBase(DeclarativeBase):
+    """Order with a third group, audit."""
+
+
+class ThreeGroups(OrderColumns, QueueMixin, ThreeBase):
+    __tablename__ = TABLE
+    __queue_options__ = {**Order.__queue_options__, "groups": (*GROUPS, "audit")}
+
+
+class OneBase(DeclarativeBase):
+    """Order with the email group only."""
+
+
+class OneGroup(OrderColumns, QueueMixin, OneBase):
+    __tablename__ = TABLE
+    __queue_options__ = {**Order.__queue_options__, "groups": ("email",)}
+
+
+def clear(engine: sa.Engine) -> None:
+    with engine.begin() as connection:
+        ThreeBase.metadata.drop_all(connection)
+        sa.Table("alembic_version", sa.MetaData()).drop(connection, checkfirst=True)
+
+
+@pytest.fixture
+def url(backend: str, request: pytest.FixtureRequest) -> str:
+    """On PostgreSQL a database no other test leaves tables in."""
+    return sync_url(backend, request, "empty_pg_dsn")
+
+
+@pytest.fixture
+def db(url: str) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    clear(engine)
+    yield engine
+    clear(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def cfg(tmp_path: Path, url: str, db: sa.Engine) -> Config:
+    config = environment(tmp_path, url)
+    config.attributes["metadata"] = TwoBase.metadata
+    return config
+
+
+def tables(engine: sa.Engine) -> set[str]:
+    return {t for t in sa.inspect(engine).get_table_names() if t.startswith(TABLE)}
+
+
+def test_groups_are_created_added_and_removed(cfg: Config, db: sa.Engine) -> None:
+    upgrade, downgrade = autogenerate(cfg, "0001")
+    for table in (TABLE, f"{TABLE}_meta_email", f"{TABLE}_meta_search"):
+        assert f"op.create_table('{table}'" in upgrade
+        assert f"op.drop_table('{table}')" in downgrade
+    assert f"'{TABLE}_meta'" not in upgrade
+    assert f"op.tune_queue_tables('{TABLE}', groups=('email', 'search'))" in upgrade
+    assert f"op.untune_queue_tables('{TABLE}', groups=('email', 'search'))" in downgrade
+    command.upgrade(cfg, "head")
+    assert tables(db) == {TABLE, f"{TABLE}_meta_email", f"{TABLE}_meta_search"}
+    with Session(db) as session:
+        TwoGroups.queue.push(session, order_id=1)
+        session.commit()
+        assert [o.order_id for o in TwoGroups.queue.group("search").pop_batch(session)] == [1]
+        session.commit()
+    command.check(cfg)  # a second autogenerate finds nothing to do
+
+    cfg.attributes["metadata"] = ThreeBase.metadata
+    upgrade, downgrade = autogenerate(cfg, "0002")
+    assert ops_of(upgrade) == [
+        "op.create_table", "op.create_index", "op.create_index", "op.tune_queue_group",
+    ]  # fmt: skip
+    assert f"op.create_table('{TABLE}_meta_audit'" in upgrade
+    assert f"op.tune_queue_group('{TABLE}', 'audit')" in upgrade
+    assert ops_of(downgrade)[0] == "op.untune_queue_group"
+    assert ops_of(downgrade)[-1] == "op.drop_table"
+    command.upgrade(cfg, "head")
+    assert f"{TABLE}_meta_audit" in tables(db)
+    with Session(db) as session:
+        ThreeGroups.queue.push(session, order_id=2)
+        session.commit()
+        assert ThreeGroups.queue.group("audit").count(session) == 1
+    command.check(cfg)
+
+    cfg.attributes["metadata"] = OneBase.metadata
+    upgrade, downgrade = autogenerate(cfg, "0003")
+    assert f"op.drop_table('{TABLE}_meta_search')" in upgrade
+    assert f"op.drop_table('{TABLE}_meta_audit')" in upgrade
+    assert f"op.create_table('{TABLE}_meta_search'" in downgrade
+    command.upgrade(cfg, "head")
+    assert tables(db) == {TABLE, f"{TABLE}_meta_email"}
+    command.check(cfg)
+
+    command.downgrade(cfg, "0001")
+    assert tables(db) == {TABLE, f"{TABLE}_meta_email", f"{TABLE}_meta_search"}
+    command.downgrade(cfg, "base")
+    assert tables(db) == set()
