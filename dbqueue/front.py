@@ -123,11 +123,6 @@ class FrontQueue[M](ABC):
         InvalidArgument for a group the queue does not declare."""
         return GroupFront(self, name)
 
-    def pusher(self) -> FrontQueue[M]:
-        """The front whose pushes reach this queue: itself, or for a consumer group the queue
-        of all its groups."""
-        return self
-
     # -- instances ----------------------------------------------------------------------------
 
     def instances(self, core: AnyQueue, messages: list[Message]) -> list[M]:
@@ -387,9 +382,6 @@ class GroupFront[M](FrontQueue[M]):
 
     def group(self, name: str) -> FrontQueue[M]:
         return self.front.group(name)
-
-    def pusher(self) -> FrontQueue[M]:
-        return self.front
 
 
 def _group_core(core: AnyQueue, name: str) -> AnyQueue:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 from dbqueue import compaction
 from dbqueue.arguments import ZERO, Token, TokenLike, check_count, check_duration, fenced, to_tokens
@@ -52,6 +52,11 @@ class Layout(Statements):
         self.codec = Codec(spec, dialect)
         self._param_names = [f"p{i}" for i in range(len(spec.fields))]
         self._growth = compaction.Growth()
+
+    def pushing_queue(self) -> Self:
+        """The queue whose pushes reach this one's consumers: itself (a split queue's consumer
+        group answers the queue of all its groups)."""
+        return self
 
     # -- popped messages as the fronts' model instances --------------------------------------
 

@@ -147,6 +147,8 @@ class SplitQueue(Layout):
     def __init__(self, spec: QueueSpec, dialect: Dialect) -> None:
         super().__init__(spec, dialect)
         self._groups: dict[str, SplitQueue] = {}
+        #: A consumer group's queue of all the groups (see :meth:`group`), else None.
+        self._fan_out: SplitQueue | None = None
 
     def group(self, name: str) -> SplitQueue:
         """The queue as consumer group ``name`` sees it (``QueueOptions.groups``): pops, acks,
@@ -156,9 +158,16 @@ class SplitQueue(Layout):
         core = self._groups.get(name)
         if core is None:
             spec = self.spec.for_group(name)  # InvalidArgument for a group not declared
+            made = SplitQueue(spec, self.dialect)
+            made._fan_out = self
             # setdefault: threads racing here all end up with the one object.
-            core = self._groups.setdefault(name, SplitQueue(spec, self.dialect))
+            core = self._groups.setdefault(name, made)
         return core
+
+    def pushing_queue(self) -> SplitQueue:
+        """The queue whose pushes reach this one's consumers: for a consumer group, the queue
+        of all its groups; else itself."""
+        return self._fan_out or self
 
     def model_row(self, message: Message) -> dict[str, Any]:
         """The data table's columns (:func:`data_row`)."""

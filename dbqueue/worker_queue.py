@@ -83,12 +83,13 @@ class FrontWorkerQueue(ABC):
     ) -> int | None:
         """Push ``payload()`` in one transaction with ``claim(ex)``, if the claim takes: a
         schedule's tick (see :class:`dbqueue.scheduler.ScheduleTarget`)."""
-        front = self._front().pusher()  # a consumer group's ticks go to every group
+        front = self._front()
         core, ex = front._bind()
         with ex.atomic():
             if not claim(ex):
                 return None
-            return core.push(ex, front._payload(payload()))
+            # A consumer group's tick goes to the queue, which delivers it to every group.
+            return core.pushing_queue().push(ex, front._payload(payload()))
 
 
 class ExecutorQueue(FrontWorkerQueue):

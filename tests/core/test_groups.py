@@ -385,3 +385,14 @@ def test_compacting_a_group_keeps_every_groups_items(pg_dsn: str, table_name: st
             assert [m.id for m in made.group("search").pop_batch(made.ex, 5)] == ids
         finally:
             drop(conn, made.queue.spec)
+
+
+def test_a_groups_worker_pushes_schedule_ticks_to_every_group(bed: Bed) -> None:
+    from dbqueue.worker_queue import ExecutorQueue
+
+    worker_queue = ExecutorQueue(bed.group("search"), lambda: bed.ex)
+    pushed = worker_queue.push_if_claimed(lambda ex: True, lambda: {"n": 7})
+    assert pushed is not None and worker_queue.name == bed.queue.spec.table
+    assert all(set(bed.rows(g)) == {pushed} for g in GROUPS)
+    assert worker_queue.push_if_claimed(lambda ex: False, lambda: {"n": 8}) is None
+    assert bed.data_ids() == [pushed]
