@@ -152,7 +152,7 @@ def _discover(connection: sa.Connection) -> list[FoundQueue]:
     inspector = sa.inspect(connection)
     names = set(inspector.get_table_names())
     tables = discovery.candidates(names)
-    wanted = {n for t in tables for n in (t, f"{t}_meta", f"{t}_failed") if n in names}
+    wanted = {n for t in tables for n in discovery.related_tables(t, names)}
     if not wanted:
         return []
     # One catalog query for every candidate table, rather than one per table.
@@ -165,7 +165,7 @@ def _discover(connection: sa.Connection) -> list[FoundQueue]:
         try:
             layout = discovery.layout_of(table, column_names)
             if layout == discovery.SPLIT:
-                found.append(_split(metadata, columns, table))
+                found.extend(_split(metadata, columns, table, column_names))
             elif layout == discovery.RING:
                 found.append(_ring(connection, metadata, columns, table))
         except InvalidSpec as exc:
@@ -203,11 +203,22 @@ def _fields(table: sa.Table, base: frozenset[str]) -> tuple[Field, ...]:
     return tuple(fields)
 
 
-def _split(metadata: sa.MetaData, columns: dict[str, Any], table: str) -> FoundQueue:
+def _split(
+    metadata: sa.MetaData,
+    columns: dict[str, Any],
+    table: str,
+    column_names: dict[str, list[str]],
+) -> list[FoundQueue]:
+    """A split queue; one with consumer groups as one queue per group, ``table[group]``, as
+    :func:`declared` lists them (the groups in name order: the database keeps no other)."""
     data = _table(metadata, table, columns[table])
-    meta = _table(metadata, f"{table}_meta", columns[f"{table}_meta"])
-    spec = QueueSpec(table, _fields(data, SPLIT_BASE_COLUMNS))
-    return FoundQueue(spec, meta)
+    fields = _fields(data, SPLIT_BASE_COLUMNS)
+    if f"{table}_meta" in columns:
+        meta = _table(metadata, f"{table}_meta", columns[f"{table}_meta"])
+        return [FoundQueue(QueueSpec(table, fields), meta)]
+    spec = QueueSpec(table, fields, QueueOptions(groups=discovery.groups_of(table, column_names)))
+    groups = [spec.for_group(g) for g in spec.options.groups]
+    return [FoundQueue(g, _table(metadata, g.meta_table, columns[g.meta_table])) for g in groups]
 
 
 def _ring(

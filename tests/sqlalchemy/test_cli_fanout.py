@@ -95,8 +95,19 @@ def test_stats_reports_each_groups_counts(orders: sa.Engine, url: str) -> None:
     assert "sa_order[email]" in table.stdout and "sa_order[search]" in table.stdout
 
 
-def test_stats_without_modules_does_not_fail_on_a_grouped_queue(
-    orders: sa.Engine, url: str
-) -> None:
+def test_without_modules_each_group_is_found_in_the_database(orders: sa.Engine, url: str) -> None:
+    with Session(orders) as session, session.begin():
+        (item,) = Order.queue.group("search").pop_batch(session, 1)
+        Order.queue.group("search").fail(session, [item], "boom", retry=False)
     done = dbqueue("stats", "--url", url, "--json")
     assert done.returncode == 0, done.stderr
+    rows = {r["queue"]: r for r in json.loads(done.stdout)["queues"]}
+    assert (rows["sa_order[email]"]["ready"], rows["sa_order[search]"]["failed"]) == (3, 1)
+    # Retry and purge by the name stats gives, each on its group only.
+    done = dbqueue("retry", "--url", url, "--queue", "sa_order[search]", "--all")
+    assert done.returncode == 0, done.stderr
+    done = dbqueue("purge", "--url", url, "--queue", "sa_order[email]", "--state", "all", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert counts(orders) == {"email": 0, "search": 3}
+    done = dbqueue("purge", "--url", url, "--queue", "sa_order", "--state", "all", "--yes")
+    assert done.returncode != 0 and "sa_order[email]" in done.stderr
