@@ -48,6 +48,13 @@ def url(backend: str, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def empty_url(backend: str, request: pytest.FixtureRequest) -> str:
+    """The backend's URL; on PostgreSQL a database no other test leaves tables in: Alembic's
+    autogenerate compares the whole database with the metadata."""
+    return sync_url(backend, request, "empty_pg_dsn")
+
+
+@pytest.fixture
 def engine(url: str) -> Iterator[sa.Engine]:
     """An engine with every test queue's tables created (dropped afterwards)."""
     engine = sa.create_engine(url)

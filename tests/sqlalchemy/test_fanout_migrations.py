@@ -15,9 +15,8 @@ from alembic.config import Config
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from dbqueue_sa import QueueMixin
-from tests.sqlalchemy.conftest import sync_url
 from tests.sqlalchemy.fanout_jobs import GROUPS, Order, OrderColumns
-from tests.sqlalchemy.test_migrations import autogenerate, environment, ops_of
+from tests.sqlalchemy.test_migrations import autogenerate, cleared, environment, ops_of
 
 pytestmark = pytest.mark.sqlalchemy
 
@@ -58,23 +57,13 @@ def clear(engine: sa.Engine) -> None:
 
 
 @pytest.fixture
-def url(backend: str, request: pytest.FixtureRequest) -> str:
-    """On PostgreSQL a database no other test leaves tables in."""
-    return sync_url(backend, request, "empty_pg_dsn")
+def db(empty_url: str) -> Iterator[sa.Engine]:
+    yield from cleared(empty_url, clear)
 
 
 @pytest.fixture
-def db(url: str) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    clear(engine)
-    yield engine
-    clear(engine)
-    engine.dispose()
-
-
-@pytest.fixture
-def cfg(tmp_path: Path, url: str, db: sa.Engine) -> Config:
-    config = environment(tmp_path, url)
+def cfg(tmp_path: Path, empty_url: str, db: sa.Engine) -> Config:
+    config = environment(tmp_path, empty_url)
     config.attributes["metadata"] = TwoBase.metadata
     return config
 

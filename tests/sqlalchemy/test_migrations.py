@@ -11,7 +11,7 @@ import io
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -130,16 +130,22 @@ def fresh_cores(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def url(backend: str, request: pytest.FixtureRequest) -> str:
-    """The backend's URL; on PostgreSQL a database no other test leaves tables in, since
-    autogenerate compares the whole database with the metadata."""
-    return sync_url(backend, request, "empty_pg_dsn")
+def url(empty_url: str) -> str:
+    """The backend's URL, of a database without other tests' tables (see empty_url)."""
+    return empty_url
 
 
 @pytest.fixture
 def db(url: str) -> Iterator[sa.Engine]:
     """The worker's PostgreSQL database or a new SQLite file, without any queue table."""
-    engine = sa.create_engine(url)
+    yield from cleared(url, clear)
+
+
+def cleared(url: str, clear: Callable[[sa.Engine], None]) -> Iterator[sa.Engine]:
+    """An engine over ``url``, whose tables ``clear`` drops before and after the test. A new
+    connection for every look (NullPool): a pooled SQLite connection may answer PRAGMA
+    index_list from the schema it read before Alembic's own connection changed it."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     clear(engine)
     yield engine
     clear(engine)
