@@ -5,9 +5,6 @@ PostgreSQL and SQLite: a new grouped queue gets its data table and each group's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import sqlalchemy as sa
 from alembic import command
@@ -16,7 +13,7 @@ from sqlalchemy.orm import DeclarativeBase, Session
 
 from dbqueue_sa import QueueMixin
 from tests.sqlalchemy.fanout_jobs import GROUPS, Order, OrderColumns
-from tests.sqlalchemy.test_migrations import autogenerate, cleared, environment, ops_of
+from tests.sqlalchemy.test_migrations import autogenerate, migration_fixtures, ops_of
 
 pytestmark = pytest.mark.sqlalchemy
 
@@ -50,22 +47,7 @@ class OneGroup(OrderColumns, QueueMixin, OneBase):
     __queue_options__ = {**Order.__queue_options__, "groups": ("email",)}
 
 
-def clear(engine: sa.Engine) -> None:
-    with engine.begin() as connection:
-        ThreeBase.metadata.drop_all(connection)
-        sa.Table("alembic_version", sa.MetaData()).drop(connection, checkfirst=True)
-
-
-@pytest.fixture
-def db(empty_url: str) -> Iterator[sa.Engine]:
-    yield from cleared(empty_url, clear)
-
-
-@pytest.fixture
-def cfg(tmp_path: Path, empty_url: str, db: sa.Engine) -> Config:
-    config = environment(tmp_path, empty_url)
-    config.attributes["metadata"] = TwoBase.metadata
-    return config
+db, cfg = migration_fixtures(ThreeBase.metadata, TwoBase.metadata)
 
 
 def tables(engine: sa.Engine) -> set[str]:

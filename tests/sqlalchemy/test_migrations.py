@@ -158,6 +158,29 @@ def cfg(tmp_path: Path, url: str, db: sa.Engine) -> Config:
     return environment(tmp_path, url)
 
 
+def migration_fixtures(widest: sa.MetaData, target: sa.MetaData) -> tuple[Any, Any]:
+    """The ``db`` and ``cfg`` fixtures of a module whose tests declare a queue in several
+    ways: ``widest``, the declaration with every table, says what to drop before and after a
+    test; ``target`` is the metadata autogenerate compares the database with at first."""
+
+    def clear(engine: sa.Engine) -> None:
+        with engine.begin() as connection:
+            widest.drop_all(connection)
+            sa.Table("alembic_version", sa.MetaData()).drop(connection, checkfirst=True)
+
+    @pytest.fixture
+    def db(empty_url: str) -> Iterator[sa.Engine]:
+        yield from cleared(empty_url, clear)
+
+    @pytest.fixture
+    def cfg(tmp_path: Path, empty_url: str, db: sa.Engine) -> Config:
+        config = environment(tmp_path, empty_url)
+        config.attributes["metadata"] = target
+        return config
+
+    return db, cfg
+
+
 def environment(tmp_path: Path, url: str, env_py: str = ENV_PY) -> Config:
     """An Alembic environment in a temporary directory, with no revision yet."""
     scripts = tmp_path / "migrations"

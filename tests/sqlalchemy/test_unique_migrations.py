@@ -6,9 +6,6 @@ it again with the new scope's WHERE clause, which Alembic alone would not see.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import sqlalchemy as sa
 from alembic import command
@@ -16,7 +13,7 @@ from alembic.config import Config
 from sqlalchemy.orm import DeclarativeBase, Session
 
 from dbqueue_sa import QueueMixin
-from tests.sqlalchemy.test_migrations import autogenerate, cleared, environment, ops_of
+from tests.sqlalchemy.test_migrations import autogenerate, migration_fixtures, ops_of
 from tests.sqlalchemy.unique_jobs import UniqueJob, UniqueJobColumns
 
 pytestmark = pytest.mark.sqlalchemy
@@ -48,22 +45,7 @@ class StoredJob(UniqueJobColumns, QueueMixin, StoredBase):
     __queue_options__ = {**UniqueJob.__queue_options__, "unique_scope": "stored"}
 
 
-def clear(engine: sa.Engine) -> None:
-    with engine.begin() as connection:
-        PlainBase.metadata.drop_all(connection)
-        sa.Table("alembic_version", sa.MetaData()).drop(connection, checkfirst=True)
-
-
-@pytest.fixture
-def db(empty_url: str) -> Iterator[sa.Engine]:
-    yield from cleared(empty_url, clear)
-
-
-@pytest.fixture
-def cfg(tmp_path: Path, empty_url: str, db: sa.Engine) -> Config:
-    config = environment(tmp_path, empty_url)
-    config.attributes["metadata"] = PlainBase.metadata
-    return config
+db, cfg = migration_fixtures(PlainBase.metadata, PlainBase.metadata)
 
 
 def meta_columns(engine: sa.Engine) -> set[str]:
