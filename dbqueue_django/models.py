@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from dbqueue.errors import InvalidArgument
 from dbqueue.message import State
-from dbqueue.spec import index_name
+from dbqueue.spec import GROUP_META_INFIX, index_name
 from dbqueue.unique import UNIQUE_KEY_COLUMN, UniqueScope
 from dbqueue_django.generated import bind_to_module
 from dbqueue_django.orm import QueueManager, RingManager, push_instance
@@ -26,7 +26,7 @@ from dbqueue_django.queue import DjangoQueue, QueueDescriptor
 from dbqueue_django.ring_model import RING_BASE_FIELDS, SLOT_STATES, RingQueueModelBase
 from dbqueue_django.ring_queue import RingDjangoQueue
 from dbqueue_django.schedule_rows import QueueSchedule  # noqa: F401 - registered with this app
-from dbqueue_django.spec import BASE_FIELDS, unique_scope_of
+from dbqueue_django.spec import BASE_FIELDS, groups_of, meta_relation, unique_scope_of
 from dbqueue_django.worker_rows import QueueWorker  # noqa: F401 - registered with this app
 
 STATE_CHOICES = [(s.value, s.name.lower()) for s in State]
@@ -44,8 +44,11 @@ def unique_constraint(table: str, scope: UniqueScope) -> models.UniqueConstraint
     )
 
 
-def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
-    """Create and register ``<Model>QueueMeta``, the narrow table the dequeue reads.
+def make_meta_model(data_model: type[models.Model], group: str | None = None) -> type[models.Model]:
+    """Create and register ``<Model>QueueMeta``, the narrow table the dequeue reads (for
+    consumer group ``group`` of a queue with groups: ``<Model>QueueMeta_<group>``, table
+    ``<table>_meta_<group>``, reached as ``queue_meta_<group>``; it also keeps the group's own
+    ``last_error``, as the core's ``dbqueue.schema.group_statements``).
 
     Its primary key is a one-to-one to the data row *without* a database constraint: the
     core's statements keep both tables consistent, and a foreign key check on every batch
@@ -60,21 +63,24 @@ def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
     opts = data_model._meta
     table = opts.db_table
     scope = unique_scope_of(data_model)
+    meta_table = f"{table}_meta" if group is None else f"{table}{GROUP_META_INFIX}{group}"
+    named = table if group is None else meta_table  # what the core names its indexes after
+    suffix = "" if group is None else f"_{group}"
 
     class Meta:
         apps = opts.apps  # the data model's registry (isolated test apps, historical models)
         app_label = opts.app_label
-        db_table = f"{table}_meta"
-        verbose_name = f"{opts.verbose_name} queue state"
+        db_table = meta_table
+        verbose_name = f"{opts.verbose_name} queue state" + ("" if group is None else f" ({group})")
         indexes = [
             models.Index(
                 fields=["-priority", "run_at", "item"],
-                name=index_name(table, "ready"),
+                name=index_name(named, "ready"),
                 condition=models.Q(state=int(State.READY)),
             ),
             models.Index(
                 fields=["lease_until"],
-                name=index_name(table, "leased"),
+                name=index_name(named, "leased"),
                 condition=models.Q(state=int(State.LEASED)),
             ),
         ]
@@ -83,7 +89,7 @@ def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
 
     attrs = {
         "__module__": data_model.__module__,
-        "__qualname__": f"{data_model.__qualname__}QueueMeta",
+        "__qualname__": f"{data_model.__qualname__}QueueMeta{suffix}",
         "Meta": Meta,
         "item": models.OneToOneField(
             data_model,
@@ -91,7 +97,7 @@ def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
             db_column="id",
             db_constraint=False,
             on_delete=models.CASCADE,
-            related_name="queue_meta",
+            related_name=meta_relation(group),
         ),
         "state": models.SmallIntegerField(choices=STATE_CHOICES, default=0, db_default=0),
         "priority": models.SmallIntegerField(default=0, db_default=0),
@@ -102,12 +108,16 @@ def make_meta_model(data_model: type[models.Model]) -> type[models.Model]:
     }
     if scope is not None:
         attrs[UNIQUE_KEY_COLUMN] = models.TextField(null=True, blank=True, editable=False)
-    return bind_to_module(type(f"{data_model.__name__}QueueMeta", (models.Model,), attrs))
+    if group is not None:
+        attrs["last_error"] = models.TextField(null=True, blank=True, editable=False)
+    name = f"{data_model.__name__}QueueMeta{suffix}"
+    return bind_to_module(type(name, (models.Model,), attrs))
 
 
 class QueueModelBase(ModelBase):
     """Creates the meta model right after each concrete queue model, in the same app, so
-    ``makemigrations`` writes both tables into the user's own migrations."""
+    ``makemigrations`` writes both tables into the user's own migrations; for a queue with
+    consumer groups, one meta model per group instead (``queue_group_models``)."""
 
     def __new__(
         mcs, name: str, bases: tuple[type, ...], attrs: dict[str, Any], **kwargs: Any
@@ -115,7 +125,10 @@ class QueueModelBase(ModelBase):
         cls: Any = super().__new__(mcs, name, bases, attrs, **kwargs)
         opts = cls._meta
         if not opts.abstract and not opts.proxy and not opts.swapped:
-            cls.queue_meta_model = make_meta_model(cls)
+            groups = groups_of(cls)
+            cls.queue_group_models = {g: make_meta_model(cls, g) for g in groups}
+            if not groups:
+                cls.queue_meta_model = make_meta_model(cls)
         return cls  # type: ignore[no-any-return]
 
 
@@ -138,10 +151,11 @@ class QueueModel(BaseQueueModel, metaclass=QueueModelBase):
 
     ``class QueueOptions`` inside the model sets ``max_attempts``, ``lease``, ``backoff``,
     ``max_payload_bytes``, ``push_many_batch``, ``rescue_batch``, ``keep_done``, ``unique``,
-    ``unique_scope``, ``unique_period`` (all optional; ``keep_done = True`` keeps processed
-    items as done instead of deleting them; ``unique = ("order",)`` makes a push of an order
-    already queued return the item that holds it, see :mod:`dbqueue.unique`: fields by name,
-    a ForeignKey's too).
+    ``unique_scope``, ``unique_period``, ``groups`` (all optional; ``keep_done = True`` keeps
+    processed items as done instead of deleting them; ``unique = ("order",)`` makes a push of
+    an order already queued return the item that holds it, see :mod:`dbqueue.unique`: fields
+    by name, a ForeignKey's too; ``groups = ("email", "search")`` delivers each item to each
+    consumer group, ``Model.queue.group("email")``, with a meta model per group).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -151,7 +165,10 @@ class QueueModel(BaseQueueModel, metaclass=QueueModelBase):
     queue_layout = "split"
     queue_base_fields = BASE_FIELDS
     queue: ClassVar[DjangoQueue[Any]] = QueueDescriptor()  # type: ignore[assignment]
+    #: The meta model (none for a queue with consumer groups: see queue_group_models).
     queue_meta_model: ClassVar[type[models.Model]]
+    #: A queue with consumer groups: each group's meta model, by group (else empty).
+    queue_group_models: ClassVar[dict[str, type[models.Model]]]
 
     objects = QueueManager()
 

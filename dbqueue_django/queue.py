@@ -13,13 +13,14 @@ from typing import Any, Self
 
 from django.db import models, router
 
-from dbqueue.front import AnyQueue, FrontQueue, shared_core
+from dbqueue.errors import UnsupportedOperation
+from dbqueue.front import AnyQueue, FrontQueue, GroupFront, shared_core
 from dbqueue.message import State
 from dbqueue.spec import QueueSpec
 from dbqueue.unique import UNIQUE_KEY_COLUMN
 from dbqueue_django.async_twins import async_twin, refuse_async_context
 from dbqueue_django.executor import DjangoExecutor
-from dbqueue_django.spec import has_unique_keys, payload_fields, spec_for_model
+from dbqueue_django.spec import has_unique_keys, meta_relation, payload_fields, spec_for_model
 
 
 class DjangoQueue[M: models.Model](FrontQueue[M]):
@@ -129,29 +130,91 @@ class DjangoQueue[M: models.Model](FrontQueue[M]):
     acount = async_twin(FrontQueue.count)
     adelete = async_twin(FrontQueue.delete)
 
+    # -- consumer groups ----------------------------------------------------------------------
+
+    def group(self, name: str) -> DjangoGroupQueue[M]:
+        """The queue as consumer group ``name`` sees it (:meth:`FrontQueue.group`), with its
+        own :meth:`DjangoGroupQueue.items` and ``failed()`` querysets."""
+        return DjangoGroupQueue(self, name)
+
     # -- querysets ----------------------------------------------------------------------------
 
     def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:
         """The data rows, annotated with their meta columns (a unique queue's ``unique_key``
-        too), optionally of one state."""
-        # queue_meta is the reverse one-to-one of the generated meta model: the type checker
-        # cannot see a relation added at class creation, hence Any.
-        manager: Any = self.model._default_manager
+        too), optionally of one state. A queue with consumer groups has a state per group:
+        UnsupportedOperation, ``Model.queue.group(name).items()`` are a group's."""
+        if self.spec.fans_out:
+            raise UnsupportedOperation(
+                f"{self.model.__name__} delivers each item to each of its consumer groups "
+                f"({', '.join(self.spec.options.groups)}), each with its own state: ask one "
+                f"group, {self.model.__name__}.queue.group(name).items()"
+            )
         unique = [UNIQUE_KEY_COLUMN] if has_unique_keys(self.model) else []
-        qs = manager.using(self.alias).annotate(
-            state=models.F("queue_meta__state"),
-            attempts=models.F("queue_meta__attempts"),
-            priority=models.F("queue_meta__priority"),
-            run_at=models.F("queue_meta__run_at"),
-            lease_until=models.F("queue_meta__lease_until"),
-            **{name: models.F(f"queue_meta__{name}") for name in unique},
-        )
-        if state is not None:
-            qs = qs.filter(queue_meta__state=int(State.parse(state)))
-        return qs  # type: ignore[no-any-return]
+        return annotated_items(self.model, self.alias, meta_relation(), state, unique)
 
     def failed(self) -> models.QuerySet[M]:
         """Failed items with ``last_error``, ``attempts`` and ``run_at`` (when they failed)."""
+        return self.items(State.FAILED).order_by("-run_at", "-id")
+
+
+def annotated_items[M: models.Model](
+    model: type[M],
+    alias: str,
+    relation: str,
+    state: State | str | int | None,
+    extra: dict[str, str] | list[str],
+) -> models.QuerySet[M]:
+    """``model``'s data rows on ``alias`` annotated with the meta columns reached through
+    ``relation`` (the meta model's reverse one-to-one), and ``extra`` meta columns (a mapping:
+    annotation -> column), optionally of one state."""
+    # The relation is added at class creation: the type checker cannot see it, hence Any.
+    manager: Any = model._default_manager
+    named = extra if isinstance(extra, dict) else {name: name for name in extra}
+    columns = {name: name for name in ("state", "attempts", "priority", "run_at", "lease_until")}
+    qs = manager.using(alias).annotate(
+        **{name: models.F(f"{relation}__{column}") for name, column in {**columns, **named}.items()}
+    )
+    if state is not None:
+        qs = qs.filter(**{f"{relation}__state": int(State.parse(state))})
+    return qs  # type: ignore[no-any-return]
+
+
+class DjangoGroupQueue[M: models.Model](GroupFront[M]):
+    """``Model.queue.group(name)``: consumer group ``name`` of a model's queue
+    (:class:`dbqueue.front.GroupFront`) on the queue's database alias, with the group's
+    querysets."""
+
+    front: DjangoQueue[M]
+
+    def __init__(self, front: DjangoQueue[M], name: str) -> None:
+        super().__init__(front, name)
+        self.model = front.model
+
+    def using(self, alias: str) -> DjangoGroupQueue[M]:
+        """The same group of the queue on another database alias."""
+        return self.front.using(alias).group(self.name)
+
+    @property
+    def alias(self) -> str:
+        return self.front.alias
+
+    @property
+    def core(self) -> AnyQueue:
+        """The group's core queue for this alias's database (see :attr:`DjangoQueue.core`)."""
+        return self.front.core.group(self.name)  # type: ignore[union-attr]
+
+    def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:
+        """The data rows this group holds, annotated with the group's meta columns (its own
+        last error as ``group_error``: the data row's ``last_error`` is unused), optionally of
+        one state."""
+        relation = meta_relation(self.name)
+        return annotated_items(
+            self.model, self.alias, relation, state, {"group_error": "last_error"}
+        ).filter(**{f"{relation}__isnull": False})
+
+    def failed(self) -> models.QuerySet[M]:
+        """The group's failed items with ``group_error``, ``attempts`` and ``run_at`` (when
+        they failed)."""
         return self.items(State.FAILED).order_by("-run_at", "-id")
 
 

@@ -124,15 +124,33 @@ def unique_columns(model: type[models.Model], declared: Any) -> Any:
     return core_unique_columns(declared, columns, f"{model._meta.label}.QueueOptions")
 
 
-def unique_scope_of(model: type[models.Model]) -> UniqueScope | None:
-    """The scope of a split queue model's unique keys, or None when it has none or its options
-    are invalid (the system check reports them; the model and its meta model must still be
-    created)."""
+def valid_options_of(model: type[models.Model]) -> QueueOptions | None:
+    """A split queue model's options, or None when they are invalid (the system check reports
+    them; the model and its meta model(s) must still be created)."""
     try:
-        options = options_of(model)
+        return options_of(model)
     except InvalidSpec:
         return None
-    return options.unique_scope_mode if options.is_unique else None
+
+
+def unique_scope_of(model: type[models.Model]) -> UniqueScope | None:
+    """The scope of a split queue model's unique keys, or None when it has none or its options
+    are invalid (see :func:`valid_options_of`)."""
+    options = valid_options_of(model)
+    return options.unique_scope_mode if options is not None and options.is_unique else None
+
+
+def groups_of(model: type[models.Model]) -> tuple[str, ...]:
+    """The consumer groups a split queue model declares (``QueueOptions.groups``), none when
+    its options are invalid (see :func:`valid_options_of`)."""
+    options = valid_options_of(model)
+    return options.groups if options is not None else ()
+
+
+def meta_relation(group: str | None = None) -> str:
+    """The name of the data model's reverse one-to-one to its meta model: ``queue_meta``, or
+    for a consumer group's meta model ``queue_meta_<group>``."""
+    return "queue_meta" if group is None else f"queue_meta_{group}"
 
 
 def has_unique_keys(model: type[models.Model]) -> bool:

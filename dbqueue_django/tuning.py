@@ -13,7 +13,13 @@ from django.db import connections, router
 
 from dbqueue.dialects.base import Dialect
 from dbqueue.errors import InvalidSpec, UnsupportedDatabase
-from dbqueue.schema import ring_storage_tables, ring_tuning_statements, tuning_statements
+from dbqueue.schema import (
+    ring_storage_tables,
+    ring_tuning_statements,
+    set_statements,
+    storage_parameters,
+    tuning_statements,
+)
 from dbqueue.spec import QueueSpec
 from dbqueue_django.executor import dialect_for
 from dbqueue_django.models import queue_models
@@ -29,6 +35,12 @@ def _statements(spec: QueueSpec, dialect: Dialect, ring: bool, existing: set[str
         segmented = stored != {spec.table}
         matches = stored <= existing and (spec.segment_table(0) in existing) == segmented
         return ring_tuning_statements(spec, dialect) if matches else []
+    if spec.fans_out:
+        # Each consumer group's table as it exists: a group added or removed by a migration
+        # not yet applied is left for the next migrate.
+        tables = {spec.table, *spec.group_meta_tables} & existing
+        present = [p for p in storage_parameters(spec, dialect) if p[0] in tables]
+        return set_statements(present, dialect) if spec.table in tables else []
     if spec.table in existing and spec.meta_table in existing:
         return tuning_statements(spec, dialect)
     return []

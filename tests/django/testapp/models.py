@@ -1,5 +1,6 @@
 """Queue models for the tests: one with a field of every supported kind (and its twin that
-keeps done items), one minimal, a ring queue, and a unique queue of each scope."""
+keeps done items), one minimal, a ring queue, a unique queue of each scope, and
+one with consumer groups."""
 
 from datetime import timedelta
 
@@ -115,3 +116,15 @@ class StoredUniqueJob(QueueModel):
     class QueueOptions:
         unique_scope = "stored"
         keep_done = True
+
+
+class FanoutJob(QueueModel):
+    """A queue with consumer groups (fan-out): each item is delivered to "email" and to
+    "search", each group with its own meta table, leases, retries and failed items."""
+
+    subject = models.CharField(max_length=100)
+
+    class QueueOptions:
+        groups = ("email", "search")
+        max_attempts = 2
+        backoff = Backoff(base=timedelta(0), cap=timedelta(0))  # a retry is due at once
