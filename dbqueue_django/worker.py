@@ -19,7 +19,7 @@ from dbqueue.worker.loop import SUMMARY_EVERY
 from dbqueue.worker_queue import FrontWorkerQueue, worker_channel
 from dbqueue_django.handlers import Handler
 from dbqueue_django.models import TaskItem
-from dbqueue_django.queue import DjangoQueue
+from dbqueue_django.queue import DjangoGroupQueue, DjangoQueue
 from dbqueue_django.worker_rows import record_beat
 
 
@@ -27,7 +27,7 @@ class DjangoWorkerQueue(FrontWorkerQueue):
     """Implements :class:`dbqueue.worker.WorkerQueue` for one queue model on one alias: the
     model's queue runs on the worker thread's own Django connection."""
 
-    def __init__(self, queue: DjangoQueue[Any]) -> None:
+    def __init__(self, queue: DjangoQueue[Any] | DjangoGroupQueue[Any]) -> None:
         self.queue = queue
         self.alias = queue.alias
         core = queue.core
@@ -35,8 +35,14 @@ class DjangoWorkerQueue(FrontWorkerQueue):
         self._lease = core.spec.options.lease
 
     @property
+    def label(self) -> str:
+        """How heartbeats and stats name the queue: ``app.Model``, or for a consumer group
+        ``app.Model[group]``."""
+        return queue_label(self.queue)
+
+    @property
     def name(self) -> str:
-        return f"{self.queue.model._meta.label}@{self.alias}"
+        return f"{self.label}@{self.alias}"
 
     @property
     def channel(self) -> str | None:
@@ -69,7 +75,7 @@ class DjangoWorkerQueue(FrontWorkerQueue):
         info = libpq_conninfo(wrapper.get_connection_params())
         return psycopg.connect(info, autocommit=True)
 
-    def _front(self) -> DjangoQueue[Any]:
+    def _front(self) -> DjangoQueue[Any] | DjangoGroupQueue[Any]:
         return self.queue
 
     def disconnect(self) -> None:
@@ -89,7 +95,7 @@ class DjangoHeartbeat:
         for activity in report.queues:
             queue = activity.queue
             if isinstance(queue, DjangoWorkerQueue):
-                row = (queue.queue.model._meta.label, activity.handled, activity.failed)
+                row = (queue.label, activity.handled, activity.failed)
                 by_alias.setdefault(queue.alias, []).append(row)
         failure: Exception | None = None
         for alias, rows in by_alias.items():
@@ -101,6 +107,20 @@ class DjangoHeartbeat:
                 failure = failure or exc
         if failure is not None:
             raise failure
+
+
+def queue_label(queue: DjangoQueue[Any] | DjangoGroupQueue[Any]) -> str:
+    """``app.Model``, or for a consumer group's queue ``app.Model[group]``: how the worker's
+    logs, heartbeats, ``queuestats`` and ``queuehealth`` name a queue."""
+    label = queue.model._meta.label
+    return f"{label}[{queue.name}]" if isinstance(queue, DjangoGroupQueue) else label
+
+
+def handler_queue(h: Handler, database: str | None) -> DjangoQueue[Any] | DjangoGroupQueue[Any]:
+    """The queue ``h`` consumes, on ``database`` (default: the router's): its model's, or for
+    a handler of a consumer group that group's."""
+    queue: DjangoQueue[Any] = h.model.queue.using(database) if database else h.model.queue
+    return queue.group(h.group) if h.group is not None else queue
 
 
 def build_worker(
@@ -124,7 +144,7 @@ def build_worker(
     :class:`DjangoHeartbeat`) is what ``queuestats`` reads a queue's throughput from."""
     consumers = [
         Consumer(
-            DjangoWorkerQueue(h.model.queue.using(database) if database else h.model.queue),
+            DjangoWorkerQueue(handler_queue(h, database)),
             h.func,
             batch=h.batch,
             batch_size=batch_size or h.batch_size,

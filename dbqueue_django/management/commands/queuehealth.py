@@ -16,9 +16,9 @@ from dbqueue.errors import DBQueueError, QueueTableMissing
 from dbqueue.health import UNHEALTHY, QueueHealth, health_json, problems
 from dbqueue.worker.heartbeat import ALIVE_WITHIN
 from dbqueue_django.handlers import autodiscover, handlers
-from dbqueue_django.management.commands.queuestats import first_line
+from dbqueue_django.management.commands.queuestats import each_queue, first_line
 from dbqueue_django.management.labels import database_alias, queue_model
-from dbqueue_django.models import BaseQueueModel
+from dbqueue_django.worker import handler_queue, queue_label
 from dbqueue_django.worker_rows import LastBeat, last_beats
 
 NO_HEARTBEATS = (
@@ -54,17 +54,16 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             alias = database_alias(options["database"])
-            models = self._select(options["queues"])
+            models = self._select(options["queues"], alias)
         except CommandError as exc:  # bad usage: 2, apart from the 1 of unhealthy
             raise CommandError(str(exc), returncode=2) from exc
         within = dt.timedelta(seconds=options["max_heartbeat_age"])
         beats: dict[str, dict[str, LastBeat] | str] = {}
         found_queues = []
-        for model in models:
-            queue = model.queue.using(alias) if alias else model.queue
+        for _, label, queue in models:
             if queue.alias not in beats:
                 beats[queue.alias] = self._beats(queue.alias, within)
-            found_queues.append(self._check(model, queue.alias, beats[queue.alias]))
+            found_queues.append(self._check(label, queue, beats[queue.alias]))
         found = problems(found_queues, dt.timedelta(seconds=options["max_age"]))
         if options["json"]:
             self.stdout.write(json.dumps(health_json(found_queues, found), indent=2))
@@ -77,16 +76,18 @@ class Command(BaseCommand):
             raise SystemExit(UNHEALTHY)
 
     @staticmethod
-    def _select(labels: list[str]) -> list[type[BaseQueueModel]]:
+    def _select(labels: list[str], alias: str | None) -> list[tuple[Any, str, Any]]:
+        """(model, label, queue) of each queue to check: those named (each group of a queue
+        with consumer groups), or those with a handler (a group's: that group)."""
         if labels:
-            return [queue_model(label) for label in dict.fromkeys(labels)]
+            return each_queue([queue_model(label) for label in dict.fromkeys(labels)], alias)
         autodiscover()
-        selected = sorted((h.model for h in handlers().values()), key=lambda m: m._meta.label)
+        selected = sorted((handler_queue(h, alias) for h in handlers().values()), key=queue_label)
         if not selected:
             raise CommandError(
                 "no queue has a handler, so no worker to check: name the queues (app_label.Model)"
             )
-        return selected
+        return [(q.model, queue_label(q), q) for q in selected]
 
     @staticmethod
     def _beats(alias: str, within: dt.timedelta) -> dict[str, LastBeat] | str:
@@ -98,15 +99,15 @@ class Command(BaseCommand):
             return NO_HEARTBEATS.format(error=first_line(exc))
 
     @staticmethod
-    def _check(
-        model: type[BaseQueueModel], alias: str, beats: dict[str, LastBeat] | str
-    ) -> QueueHealth:
-        label = model._meta.label
+    def _check(label: str, queue: Any, beats: dict[str, LastBeat] | str) -> QueueHealth:
+        """The health of ``queue`` (labelled ``label``: ``app.Model`` or ``app.Model[group]``),
+        from its stats and the heartbeats ``beats`` of its database."""
+        alias = queue.alias
         name = f"{label}@{alias}"
         if isinstance(beats, str):
             return QueueHealth(name, error=beats)
         try:
-            age = model.queue.using(alias).stats()["oldest_ready_age"]
+            age = queue.stats()["oldest_ready_age"]
         except QueueTableMissing:
             return QueueHealth(name, error="its tables do not exist in this database; run migrate")
         except (DBQueueError, DatabaseError) as exc:

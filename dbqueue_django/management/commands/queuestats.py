@@ -17,6 +17,7 @@ from dbqueue.message import format_age
 from dbqueue.worker.heartbeat import ALIVE_WITHIN
 from dbqueue_django.management.labels import database_alias, named_queue_models
 from dbqueue_django.models import BaseQueueModel
+from dbqueue_django.spec import groups_of
 from dbqueue_django.worker_rows import QueueThroughput, live_throughput
 
 COLUMNS = (
@@ -30,6 +31,23 @@ NO_HEARTBEATS = (
     "the workers' heartbeat table (dbqueue_django.QueueWorker) does not exist in database "
     "{alias!r}; run manage.py migrate"
 )
+
+
+def each_queue(
+    models: list[type[BaseQueueModel]], alias: str | None
+) -> list[tuple[type[BaseQueueModel], str, Any]]:
+    """(model, label, queue) for each queue of ``models`` on ``alias`` (default: the
+    router's): a model's queue, or for a queue with consumer groups each group's, labelled
+    ``app.Model[group]`` as the workers' heartbeats name it."""
+    out: list[tuple[type[BaseQueueModel], str, Any]] = []
+    for model in models:
+        queue: Any = model.queue.using(alias) if alias else model.queue
+        groups = () if model.queue_layout == "ring" else groups_of(model)
+        if not groups:
+            out.append((model, model._meta.label, queue))
+        for group in groups:
+            out.append((model, f"{model._meta.label}[{group}]", queue.group(group)))
+    return out
 
 
 class Command(BaseCommand):
@@ -95,9 +113,8 @@ class Command(BaseCommand):
         """A row per queue: its stats and throughput, or the error that kept them from it."""
         throughputs: dict[str, dict[str, QueueThroughput] | None] = {}
         rows: list[dict[str, Any]] = []
-        for model in models:
-            queue = model.queue.using(alias) if alias else model.queue
-            label, database = model._meta.label, queue.alias
+        for model, label, queue in each_queue(models, alias):
+            database = queue.alias
             row: dict[str, Any] = {
                 "queue": label,
                 "database": database,

@@ -27,6 +27,20 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 RELOAD_EXIT = 3
 
 
+def select_groups(selected: list[Handler], groups: list[str]) -> list[Handler]:
+    """The handlers of ``selected`` that serve one of ``groups`` (``--group``), or a
+    CommandError for a group none of the selected queues has a handler for."""
+    served = {h.group for h in selected}
+    missing = [g for g in dict.fromkeys(groups) if g not in served]
+    if missing:
+        known = sorted(g for g in served if g is not None)
+        raise CommandError(
+            f"no selected queue has a handler for the consumer group(s) {', '.join(missing)}"
+            + (f"; their groups: {', '.join(known)}" if known else "; they have no groups")
+        )
+    return [h for h in selected if h.group in groups]
+
+
 class Command(BaseCommand):
     help = (
         "Process queue items with their @handler functions. Name queues as app_label.Model; "
@@ -61,6 +75,14 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--database", default=None, help="database alias (default: the router's choice)"
+        )
+        parser.add_argument(
+            "--group",
+            action="append",
+            default=None,
+            metavar="NAME",
+            help="only the handlers of this consumer group of the queues (repeatable; default: "
+            "every group's)",
         )
         worker_ops_arguments(parser)
         parser.add_argument(
@@ -100,6 +122,8 @@ class Command(BaseCommand):
         """The worker the options ask for, or a CommandError saying what is wrong."""
         autodiscover()
         selected = self._select(options["queues"])
+        if options["group"]:
+            selected = select_groups(selected, options["group"])
         try:
             return build_worker(
                 selected,
@@ -159,7 +183,7 @@ class Command(BaseCommand):
                     "@dbqueue_django.handler(YourQueueModel) in a handlers.py module of an "
                     "installed app"
                 )
-            return sorted(registered.values(), key=lambda h: h.model._meta.label)
+            return sorted(registered.values(), key=lambda h: (h.model._meta.label, h.group or ""))
         selected = []
         for label in dict.fromkeys(labels):
             model = queue_model(label)
