@@ -26,6 +26,7 @@ from dbqueue.spec import QueueSpec
 from dbqueue_django.models import QueueModel
 from dbqueue_django.queue import DjangoGroupQueue
 from tests.django.test_parity import columns, core_copy, indexes, numeric_defaults
+from tests.django.test_unique_migrations import Applied
 from tests.django.testapp.models import FanoutJob
 
 pytestmark = [
@@ -143,22 +144,6 @@ def change(alias: str, groups: tuple[str, ...]) -> tuple[ProjectState, Migration
     detector = MigrationAutodetector(before.clone(), after)
     (migration,) = detector.changes(graph=loader.graph)["testapp"]
     return before, migration
-
-
-class Applied:
-    """A migration applied to one database, unapplied at the end."""
-
-    def __init__(self, alias: str, before: ProjectState, migration: Migration) -> None:
-        self.alias, self.before, self.migration = alias, before, migration
-
-    def __enter__(self) -> Applied:
-        with connections[self.alias].schema_editor(atomic=self.migration.atomic) as editor:
-            self.migration.apply(self.before.clone(), editor)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with connections[self.alias].schema_editor(atomic=self.migration.atomic) as editor:
-            self.migration.unapply(self.before.clone(), editor)
 
 
 def tables(alias: str) -> set[str]:
