@@ -34,7 +34,8 @@ from dbqueue_django.models import (
     queue_models,
 )
 from dbqueue_django.ring_admin import RingFailedAdmin, RingQueueModelAdmin, ring_overview
-from dbqueue_django.split_admin import QueueModelAdmin
+from dbqueue_django.spec import groups_of
+from dbqueue_django.split_admin import GroupedQueueModelAdmin, QueueModelAdmin
 from dbqueue_django.task_item_admin import TaskItemAdmin
 
 __all__ = ["QueueModelAdmin", "QueueOverviewAdmin", "format_age", "register_queue_models"]
@@ -77,14 +78,32 @@ class QueueOverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         opts = model._meta
         return f"{opts.app_config.verbose_name} / {opts.verbose_name_plural}"
 
-    def _row(self, model: type[BaseQueueModel]) -> dict[str, Any]:
-        url = changelist_url_for(self.admin_site, model)
-        stats = with_age(model.queue.stats())
+    def _rows(self, model: type[BaseQueueModel]) -> list[dict[str, Any]]:
+        """The model's row, or a queue with consumer groups' row per group (linked to its
+        list filtered on the group)."""
+        groups = () if issubclass(model, RingQueueModel) else groups_of(model)
+        if not groups:
+            return [self._row(model)]
+        rows = []
+        for group in groups:
+            url = changelist_url_for(self.admin_site, model)
+            rows.append(
+                self._row(model, group, f"{url}?{urlencode({'group': group})}" if url else None)
+            )
+        return rows
+
+    def _row(
+        self, model: type[BaseQueueModel], group: str | None = None, url: str | None = None
+    ) -> dict[str, Any]:
+        queue: Any = model.queue if group is None else model.queue.group(group)
+        url = url or changelist_url_for(self.admin_site, model)
+        stats = with_age(queue.stats())
+        joint = "&" if url and "?" in url else "?"
         row = {
-            "label": self._label(model),
+            "label": self._label(model) + ("" if group is None else f" [{group}]"),
             "url": url,
-            "failed_url": f"{url}?state=failed" if url else None,
-            "done_url": f"{url}?state=done" if url else None,
+            "failed_url": f"{url}{joint}state=failed" if url else None,
+            "done_url": f"{url}{joint}state=done" if url else None,
             "stats": stats,
             "occupancy": "-",
         }
@@ -114,11 +133,19 @@ class QueueOverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             **(extra_context or {}),
             "title": "Queue overview",
             # An unknown queue (a stale link) shows them all.
-            "rows": [self._row(model) for model in shown or visible],
+            "rows": [row for model in shown or visible for row in self._rows(model)],
             "queue_choices": choices,
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "admin/dbqueue_django/queue_overview.html", context)
+
+
+def split_admin_for(model: type[BaseQueueModel]) -> type[QueueModelAdmin]:
+    """The admin class of a split queue model: the task queue's, a queue with consumer
+    groups', or the plain one."""
+    if model is TaskItem:
+        return TaskItemAdmin
+    return GroupedQueueModelAdmin if groups_of(model) else QueueModelAdmin
 
 
 def register_queue_models(site: admin.AdminSite | None = None) -> None:
@@ -133,7 +160,7 @@ def register_queue_models(site: admin.AdminSite | None = None) -> None:
                 (model.failed_model, RingFailedAdmin),
             ]
         else:
-            pairs = [(model, TaskItemAdmin if model is TaskItem else QueueModelAdmin)]
+            pairs = [(model, split_admin_for(model))]
         for registered, model_admin in pairs:
             if not site.is_registered(registered):
                 site.register(registered, model_admin)

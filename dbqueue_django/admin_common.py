@@ -100,6 +100,15 @@ class QueueTableAdmin(ItemPageAdmin):
         """The model's queue, on the database the router picks for it."""
         return self.model.queue
 
+    def queue_for(self, request: HttpRequest) -> Any:
+        """The queue whose deliveries ``request``'s list, counts and actions are about: the
+        model's (a queue with consumer groups: the group the request chose)."""
+        return self._queue
+
+    def error_text(self, obj: Any) -> str | None:
+        """A row's last error (a consumer group's admin: the group's own)."""
+        return obj.last_error  # type: ignore[no-any-return]
+
     def queue_counts(self, request: HttpRequest, stats: dict[str, Any]) -> list[Count]:
         """The figures shown above the list (from the queue's ``stats()``)."""
         raise NotImplementedError
@@ -115,7 +124,7 @@ class QueueTableAdmin(ItemPageAdmin):
 
     @admin.display(description="last error")
     def error(self, obj: Any) -> str:
-        text = (obj.last_error or "").strip()
+        text = (self.error_text(obj) or "").strip()
         last_line = text.splitlines()[-1] if text else ""
         if len(last_line) > ERROR_PREVIEW:
             last_line = last_line[:ERROR_PREVIEW] + "…"
@@ -124,14 +133,15 @@ class QueueTableAdmin(ItemPageAdmin):
 
     @admin.display(description="last error (traceback)")
     def traceback(self, obj: Any) -> str:
-        if not obj.last_error:
+        error = self.error_text(obj)
+        if not error:
             return "-"
-        return format_html('<pre class="dbqueue-traceback">{}</pre>', obj.last_error)
+        return format_html('<pre class="dbqueue-traceback">{}</pre>', error)
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        stats = with_age(self._queue.stats())
+        stats = with_age(self.queue_for(request).stats())
         context = {
             **(extra_context or {}),
             "queue_stats": stats,

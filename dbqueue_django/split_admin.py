@@ -11,7 +11,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
 from django.db.models import F, Q, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, QueryDict
 from django.utils import timezone
 
 from dbqueue.errors import InvalidArgument
@@ -25,7 +25,7 @@ from dbqueue_django.admin_common import (
     list_time,
 )
 from dbqueue_django.admin_filters import ErrorClassFilter
-from dbqueue_django.spec import has_unique_keys, payload_fields
+from dbqueue_django.spec import has_unique_keys, meta_relation, payload_fields
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -40,21 +40,23 @@ class StateFilter(admin.SimpleListFilter):
         return [(s, s) for s in states]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        # On the admin's annotations (QueueModelAdmin.get_queryset): the meta columns of the
+        # queue's meta model, or of the consumer group the list shows.
         value, now = self.value(), timezone.now()
         if value == "ready":
-            return queryset.filter(queue_meta__state=State.READY, queue_meta__run_at__lte=now)
+            return queryset.filter(q_state=State.READY, q_run_at__lte=now)
         if value == "scheduled":
-            return queryset.filter(queue_meta__state=State.READY, queue_meta__run_at__gt=now)
+            return queryset.filter(q_state=State.READY, q_run_at__gt=now)
         # A cancelling item is leased until its lease ends, then cancelled (see split_stats).
-        cancelling = Q(queue_meta__state=State.CANCELLING)
+        cancelling = Q(q_state=State.CANCELLING)
         if value == "leased":
-            live = cancelling & Q(queue_meta__lease_until__gte=now)
-            return queryset.filter(Q(queue_meta__state=State.LEASED) | live)
+            live = cancelling & Q(q_lease_until__gte=now)
+            return queryset.filter(Q(q_state=State.LEASED) | live)
         if value == "cancelled":
-            ended = cancelling & Q(queue_meta__lease_until__lt=now)
-            return queryset.filter(Q(queue_meta__state=State.CANCELLED) | ended)
+            ended = cancelling & Q(q_lease_until__lt=now)
+            return queryset.filter(Q(q_state=State.CANCELLED) | ended)
         if value in ("done", "failed"):
-            return queryset.filter(queue_meta__state=State.parse(value))
+            return queryset.filter(q_state=State.parse(value))
         return queryset
 
 
@@ -82,6 +84,16 @@ class QueueActionForm(ActionForm):
     )
 
 
+def annotate_meta(queryset: QuerySet[Any], relation: str, extra: list[str]) -> QuerySet[Any]:
+    """``queryset`` with the meta columns reached through ``relation`` as ``q_<column>``
+    (the admin's columns, filters and sorting read them), ``extra`` columns too."""
+    columns = ["state", "attempts", "priority", "run_at", "lease_until", *extra]
+    annotated: QuerySet[Any] = queryset.annotate(
+        **{f"q_{c}": F(f"{relation}__{c}") for c in columns}
+    )
+    return annotated
+
+
 class QueueModelAdmin(QueueTableAdmin):
     """The admin of one split queue model (registered for every one automatically)."""
 
@@ -106,16 +118,7 @@ class QueueModelAdmin(QueueTableAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         queryset: QuerySet[Any] = super().get_queryset(request)
-        meta = {f"q_{name}": F(f"queue_meta__{name}") for name in self._unique}
-        annotated: QuerySet[Any] = queryset.annotate(
-            q_state=F("queue_meta__state"),
-            q_attempts=F("queue_meta__attempts"),
-            q_priority=F("queue_meta__priority"),
-            q_run_at=F("queue_meta__run_at"),
-            q_lease_until=F("queue_meta__lease_until"),
-            **meta,
-        )
-        return annotated
+        return annotate_meta(queryset, "queue_meta", self._unique)
 
     def get_search_fields(self, request: HttpRequest) -> list[str]:
         # A key is text such as {"account":"acme","kind":"sync"}: searched for a part of it.
@@ -143,7 +146,7 @@ class QueueModelAdmin(QueueTableAdmin):
             Count("oldest ready", stats["oldest_ready"]),
         ]
 
-    @admin.display(description="state", ordering="queue_meta__state")
+    @admin.display(description="state", ordering="q_state")
     def state(self, obj: Any) -> str:
         if obj.q_state is None:
             return "-"
@@ -154,23 +157,23 @@ class QueueModelAdmin(QueueTableAdmin):
             return "cancelling"
         return state.name.lower()
 
-    @admin.display(description="unique key", ordering="queue_meta__unique_key")
+    @admin.display(description="unique key", ordering="q_unique_key")
     def unique_key(self, obj: Any) -> str:
         return obj.q_unique_key or "-"
 
-    @admin.display(description="attempts", ordering="queue_meta__attempts")
+    @admin.display(description="attempts", ordering="q_attempts")
     def attempts(self, obj: Any) -> int | None:
         return obj.q_attempts  # type: ignore[no-any-return]
 
-    @admin.display(description="priority", ordering="queue_meta__priority")
+    @admin.display(description="priority", ordering="q_priority")
     def priority(self, obj: Any) -> int | None:
         return obj.q_priority  # type: ignore[no-any-return]
 
-    @admin.display(description="run at", ordering="queue_meta__run_at")
+    @admin.display(description="run at", ordering="q_run_at")
     def run_at(self, obj: Any) -> str:
         return display_time(obj.q_run_at)
 
-    @admin.display(description="finished at", ordering="queue_meta__run_at")
+    @admin.display(description="finished at", ordering="q_run_at")
     def finished_at(self, obj: Any) -> str:
         # For a done or failed item run_at records when it left the queue (see split_fail,
         # split_ack_done).
@@ -181,7 +184,7 @@ class QueueModelAdmin(QueueTableAdmin):
     def lease_until(self, obj: Any) -> str:
         return display_time(obj.q_lease_until)
 
-    @admin.display(description="run at / finished", ordering="queue_meta__run_at")
+    @admin.display(description="run at / finished", ordering="q_run_at")
     def run_or_finished(self, obj: Any) -> str:
         # One column for both: a done or failed item's run_at is when it finished.
         return list_time(obj.q_run_at)
@@ -195,7 +198,7 @@ class QueueModelAdmin(QueueTableAdmin):
         return obj.q_state == State.FAILED  # type: ignore[no-any-return]
 
     def retry_ids(self, request: HttpRequest, ids: list[int]) -> None:
-        done = self._queue.retry(ids)
+        done = self.queue_for(request).retry(ids)
         skipped = len(ids) - done
         note = f" ({skipped} not failed, left as they were)" if skipped else ""
         self.message_user(request, f"{done} item(s) back to ready{note}.", messages.SUCCESS)
@@ -204,7 +207,7 @@ class QueueModelAdmin(QueueTableAdmin):
         return obj.q_state in (State.READY, State.LEASED)
 
     def cancel_ids(self, request: HttpRequest, ids: list[int]) -> None:
-        outcomes = list(self._queue.cancel(ids).values())
+        outcomes = list(self.queue_for(request).cancel(ids).values())
         counts = {o: outcomes.count(o) for o in CancelOutcome if o in outcomes}
         parts = [f"{n} {CANCEL_TOLD[o]}" for o, n in counts.items()]
         level = messages.SUCCESS if set(counts) & CHANGED else messages.WARNING
@@ -229,8 +232,76 @@ class QueueModelAdmin(QueueTableAdmin):
             self.message_user(request, "Enter the new priority (an integer).", messages.ERROR)
             return
         try:
-            done = self._queue.set_priority(self._ids(queryset), priority)
+            done = self.queue_for(request).set_priority(self._ids(queryset), priority)
         except InvalidArgument as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return
         self.message_user(request, f"{done} item(s) now have priority {priority}.")
+
+
+#: The list's filter by consumer group: ``?group=<name>`` (default: the queue's first group).
+GROUP_PARAM = "group"
+
+
+class GroupFilter(admin.SimpleListFilter):
+    """The consumer group whose deliveries a queue with groups lists (its states, counts and
+    actions): one group at a time, the first one unless chosen."""
+
+    title = "consumer group"
+    parameter_name = GROUP_PARAM
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(g, g) for g in model_admin.model.queue.spec.options.groups]
+
+    def choices(self, changelist: Any) -> Any:
+        # No "All": a list shows one group's states (the group chosen, else the first).
+        chosen = self.value() or changelist.model.queue.spec.options.groups[0]
+        for value, title in self.lookup_choices:
+            yield {
+                "selected": chosen == value,
+                "query_string": changelist.get_query_string({self.parameter_name: value}),
+                "display": title,
+            }
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset  # GroupedQueueModelAdmin.get_queryset reads the group
+
+
+class GroupedQueueModelAdmin(QueueModelAdmin):
+    """The admin of a split queue with consumer groups (``QueueOptions.groups``): the list,
+    its counts, the state filter and the Retry, Cancel and Set priority actions are of one
+    group, chosen in the "consumer group" filter (the first by default); Delete deletes items
+    from every group. The item page shows the first group's state, and leaves retrying and
+    cancelling to the list's actions, where the group is chosen."""
+
+    list_filter = [GroupFilter, StateFilter]
+    date_hierarchy = None  # type: ignore[assignment] # the run_at of which group?
+
+    def group_of(self, request: HttpRequest) -> str:
+        """The group ``request`` chose (``?group=``, or the list's filters kept by an item
+        page), else the queue's first."""
+        groups: tuple[str, ...] = self.model.queue.spec.options.groups
+        kept = QueryDict(request.GET.get("_changelist_filters", ""))
+        chosen = request.GET.get(GROUP_PARAM) or kept.get(GROUP_PARAM)
+        return chosen if chosen in groups else groups[0]
+
+    def queue_for(self, request: HttpRequest) -> Any:
+        return self.model.queue.group(self.group_of(request))
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        relation = meta_relation(self.group_of(request))
+        queryset: QuerySet[Any] = super(QueueModelAdmin, self).get_queryset(request)
+        held = queryset.filter(**{f"{relation}__isnull": False})
+        return annotate_meta(held, relation, ["last_error"])
+
+    def error_text(self, obj: Any) -> str | None:
+        return obj.q_last_error  # type: ignore[no-any-return]
+
+    def get_search_fields(self, request: HttpRequest) -> list[str]:
+        return ["=id", f"{meta_relation(self.group_of(request))}__last_error"]
+
+    def can_retry(self, obj: Any) -> bool:
+        return False
+
+    def can_cancel(self, obj: Any) -> bool:
+        return False

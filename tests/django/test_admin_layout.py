@@ -23,6 +23,7 @@ from tests.django.admin_items import failed_task, failed_tick
 from tests.django.admin_users import login_superuser
 from tests.django.routing import OneDatabase
 from tests.django.testapp.models import (
+    FanoutJob,
     Job,
     KeptJob,
     Ping,
@@ -95,6 +96,7 @@ def fill_queues() -> dict[str, int]:
     QueuedUniqueJob.queue.push_many([{"tag": f"{i}" + UNBROKEN[:49]} for i in range(3)])
     for i in range(3):
         StoredUniqueJob.queue.push(tag="t", unique_key=f"{i}" + "k" * 254)
+    FanoutJob.queue.push_many([{"subject": "fan-out " * 12}] * 3)
     ids["task"] = failed_task("emails", refused, runs=2)
     since = dt.datetime(2026, 11, 27, 2, 0, tzinfo=dt.UTC)
     for i in range(3):
