@@ -27,7 +27,7 @@ def job_handler_free() -> Iterator[None]:
 
 def test_autodiscover_finds_the_handlers_module_of_each_app() -> None:
     autodiscover()
-    found = handlers()[Ping]
+    found = handlers()[(Ping, None)]
     assert found.func is testapp_handlers.record_ping
     assert found.batch is False
     assert found.batch_size == 10
@@ -39,7 +39,7 @@ def test_a_batch_handler_and_the_default_batch_size() -> None:
     @handler(Job, batch=True)
     def many(jobs: list[Job]) -> None: ...
 
-    registered = handlers()[Job]
+    registered = handlers()[(Job, None)]
     assert registered.batch is True
     assert registered.batch_size == DEFAULT_BATCH_SIZE
     assert many.__name__ == "many"  # the decorator returns the function itself
@@ -55,7 +55,7 @@ def test_a_second_handler_for_one_queue_is_refused() -> None:
         @handler(Job)
         def second(job: Job) -> None: ...
 
-    assert handlers()[Job].func is first
+    assert handlers()[(Job, None)].func is first
 
 
 @pytest.mark.usefixtures("job_handler_free")
@@ -64,7 +64,7 @@ def test_registering_the_same_function_again_is_harmless() -> None:
 
     handler(Job)(handle)
     handler(Job)(handle)  # a module imported twice
-    assert handlers()[Job].func is handle
+    assert handlers()[(Job, None)].func is handle
 
 
 @pytest.mark.parametrize("model", [User, QueueModel, "testapp.Job", None])

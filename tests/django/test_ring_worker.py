@@ -28,7 +28,7 @@ SYMBOLS = ["A", "B", "BOOM", "C", "D"]
 @pytest.fixture
 def tick_handler() -> Handler:
     autodiscover()
-    return handlers()[Tick]
+    return handlers()[(Tick, None)]
 
 
 def push_ticks(alias: str) -> list[int]:

@@ -50,7 +50,7 @@ def schedule_name() -> Iterator[str]:
 
 @pytest.mark.parametrize("alias", ["default", "sqlite"])
 def test_worker_threads_racing_for_a_tick_push_it_once(schedule_name: str, alias: str) -> None:
-    (schedule,) = schedules_of(handlers()[Job].func)
+    (schedule,) = schedules_of(handlers()[(Job, None)].func)
     clock = {"now": T0}
     Scheduler(
         [(schedule, DjangoWorkerQueue(Job.queue.using(alias)))], clock=lambda: clock["now"]
@@ -141,7 +141,10 @@ def test_the_worker_pushes_the_ticks_of_the_queue_whatever_its_handler(
     clock = {"now": T0}
     worker_queue = DjangoWorkerQueue(queue)
     # A queue served twice by a worker (a second handler without a schedule) is scheduled once.
-    consumers = [Consumer(worker_queue, handlers()[Job].func), Consumer(worker_queue, print)]
+    consumers = [
+        Consumer(worker_queue, handlers()[(Job, None)].func),
+        Consumer(worker_queue, print),
+    ]
     (chore,) = schedule_chores(consumers, lambda: clock["now"])
     chore.run()  # declares both schedules at T0
     clock["now"] = T0 + dt.timedelta(minutes=5)

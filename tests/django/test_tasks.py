@@ -35,7 +35,7 @@ def work(max_messages: int | None = None) -> int:
     """Run the worker on the task queue (a burst, or until max_messages); return handled."""
     autodiscover()
     worker = build_worker(
-        [handlers()[TaskItem]], burst=max_messages is None, max_messages=max_messages
+        [handlers()[(TaskItem, None)]], burst=max_messages is None, max_messages=max_messages
     )
     return worker.run(handle_signals=False).handled
 

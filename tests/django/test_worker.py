@@ -24,7 +24,7 @@ pytestmark = [
 def ping_handler() -> Iterator[Handler]:
     autodiscover()
     RECEIVED.clear()
-    yield handlers()[Ping]
+    yield handlers()[(Ping, None)]
     RECEIVED.clear()
 
 

@@ -91,7 +91,7 @@ def test_the_heartbeat_writes_each_queue_into_its_own_database(alias: str) -> No
 
 def handler(model: type[Any]) -> Handler:
     autodiscover()
-    return handlers()[model]
+    return handlers()[(model, None)]
 
 
 @pytest.fixture
