@@ -165,13 +165,6 @@ def test_the_queue_itself_refuses_what_a_group_does(session: Session) -> None:
         Order.queue.group("sms")
 
 
-def test_a_group_on_a_session_pushes_through_the_queue(session: Session) -> None:
-    bound = Order.queue.group("email").on(session)
-    bound.pusher().push(order_id=4)
-    session.commit()
-    assert Order.queue.group("search").count(session) == 1
-
-
 def test_session_delete_removes_the_item_from_every_group(session: Session) -> None:
     Order.queue.push(session, order_id=5)
     session.commit()
