@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from django.apps import apps
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 from django.db import connections
 from django.utils.connection import ConnectionDoesNotExist
 
@@ -32,6 +33,36 @@ def named_queue_models(labels: Sequence[str]) -> list[type[BaseQueueModel]]:
     if labels:
         return [queue_model(label) for label in dict.fromkeys(labels)]
     return sorted(queue_models(), key=lambda m: m._meta.label)
+
+
+def add_group_option(parser: CommandParser) -> None:
+    """``--group NAME``: the consumer group a command acts on, for a queue with groups."""
+    parser.add_argument(
+        "--group",
+        default=None,
+        metavar="NAME",
+        help="the consumer group to act on, for a queue with groups (QueueOptions.groups)",
+    )
+
+
+def group_queue(model: type[BaseQueueModel], alias: str | None, group: str | None) -> Any:
+    """``model``'s queue on ``alias`` (None: the router's choice), as consumer group ``group``
+    sees it; a CommandError for a group the queue does not have, and for no group on a queue
+    that has groups (each acts on its own deliveries)."""
+    queue = model.queue.using(alias) if alias else model.queue
+    groups: tuple[str, ...] = queue.spec.options.groups
+    label = model._meta.label
+    if group is None and groups:
+        raise CommandError(
+            f"{label} delivers each item to each of its consumer groups ({', '.join(groups)}): "
+            f"name the one to act on with --group"
+        )
+    if group is None:
+        return queue
+    if group not in groups:
+        has = f"the consumer groups {', '.join(groups)}" if groups else "no consumer groups"
+        raise CommandError(f"--group {group!r}: {label} has {has}")
+    return queue.group(group)
 
 
 def database_alias(alias: str | None) -> str | None:

@@ -20,7 +20,10 @@ def _item_id(text: str) -> int:
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--queue", required=True, metavar="TABLE", help="the queue, by its table name"
+        "--queue",
+        required=True,
+        metavar="TABLE",
+        help="the queue, by its table name (a consumer group: TABLE[GROUP])",
     )
     parser.add_argument("ids", type=_item_id, nargs="+", metavar="ID", help="the items' ids")
 

@@ -25,7 +25,10 @@ from dbqueue_sa.tables import core_dialect_of
 
 def _batch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--queue", required=True, metavar="TABLE", help="the queue, by its table name"
+        "--queue",
+        required=True,
+        metavar="TABLE",
+        help="the queue, by its table name (a consumer group: TABLE[GROUP])",
     )
     parser.add_argument(
         "--batch-size",

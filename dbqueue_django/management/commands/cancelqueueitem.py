@@ -9,7 +9,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from dbqueue.commandline import cancel_outcome_line
 from dbqueue.errors import DBQueueError
-from dbqueue_django.management.labels import database_alias, queue_model
+from dbqueue_django.management.labels import (
+    add_group_option,
+    database_alias,
+    group_queue,
+    queue_model,
+)
 
 
 class Command(BaseCommand):
@@ -24,12 +29,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--database", default=None, help="database alias (default: the router's choice)"
         )
+        add_group_option(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         model = queue_model(options["queue"])
         alias = database_alias(options["database"])
         ids = [item_id(text) for text in options["ids"]]
-        queue = model.queue.using(alias) if alias else model.queue
+        queue = group_queue(model, alias, options["group"])
         try:
             outcomes = queue.cancel(ids)
         except DBQueueError as exc:

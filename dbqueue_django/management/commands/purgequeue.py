@@ -10,7 +10,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from dbqueue.errors import DBQueueError
 from dbqueue.message import StateSelector
 from dbqueue_django.durations import duration_option
-from dbqueue_django.management.labels import database_alias, queue_model
+from dbqueue_django.management.labels import (
+    add_group_option,
+    database_alias,
+    group_queue,
+    queue_model,
+)
 
 #: What an item's age counts from, by state (see dbqueue.message.StateSelector).
 AGED_BY = {
@@ -56,6 +61,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--database", default=None, help="database alias (default: the router's choice)"
         )
+        add_group_option(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         model = queue_model(options["queue"])
@@ -64,8 +70,10 @@ class Command(BaseCommand):
         older_than = None
         if options["older_than"] is not None:
             older_than = duration_option(options["older_than"])
-        queue = model.queue.using(alias) if alias else model.queue
-        what = describe(state, model._meta.label, queue.alias, options["older_than"])
+        queue = group_queue(model, alias, options["group"])
+        group = options["group"]
+        label = model._meta.label if group is None else f"{model._meta.label}[{group}]"
+        what = describe(state, label, queue.alias, options["older_than"])
         try:
             count = queue.count(state, older_than=older_than)
             if not count:
