@@ -23,7 +23,40 @@ from dbqueue_django.executor import DjangoExecutor
 from dbqueue_django.spec import has_unique_keys, meta_relation, payload_fields, spec_for_model
 
 
-class DjangoQueue[M: models.Model](FrontQueue[M]):
+class AsyncFront[M](FrontQueue[M]):
+    """A front with the ``a``-prefixed twins of its operations
+    (:mod:`dbqueue_django.async_twins`): ``Model.queue`` and its consumer groups."""
+
+    # The operations of the SQLAlchemy front's a-methods, so async code reads the same on
+    # both: what a request pushes or reads, and what an async consumer or operator does.
+    # Not compact_if_grown, a worker's chore. (The querysets of items() and failed() have
+    # Django's own: acount, ...)
+
+    apush = async_twin(FrontQueue.push)
+    apush_many = async_twin(FrontQueue.push_many)
+    apop_batch = async_twin(FrontQueue.pop_batch)
+    aack = async_twin(FrontQueue.ack)
+    aack_pop = async_twin(FrontQueue.ack_pop)
+    afail = async_twin(FrontQueue.fail)
+    aextend = async_twin(FrontQueue.extend)
+    arelease = async_twin(FrontQueue.release)
+    aack_by_id = async_twin(FrontQueue.ack_by_id)
+    afail_by_id = async_twin(FrontQueue.fail_by_id)
+    aretry = async_twin(FrontQueue.retry)
+    aset_priority = async_twin(FrontQueue.set_priority)
+    acancel = async_twin(FrontQueue.cancel)
+    acancel_requested = async_twin(FrontQueue.cancel_requested)
+    arescue = async_twin(FrontQueue.rescue)
+    anext_due = async_twin(FrontQueue.next_due)
+    acompact = async_twin(FrontQueue.compact)
+    astats = async_twin(FrontQueue.stats)
+    apushed = async_twin(FrontQueue.pushed)
+    apurge = async_twin(FrontQueue.purge)
+    acount = async_twin(FrontQueue.count)
+    adelete = async_twin(FrontQueue.delete)
+
+
+class DjangoQueue[M: models.Model](AsyncFront[M]):
     """The queue of one model on one database alias (the router's choice unless ``using``).
 
     Every operation runs one core statement on Django's connection for the alias, so it joins
@@ -102,34 +135,6 @@ class DjangoQueue[M: models.Model](FrontQueue[M]):
             setattr(obj, name, value)
         return obj
 
-    # -- async twins (the querysets of items() and failed() have Django's own: acount, ...) --
-    # The operations of the SQLAlchemy front's a-methods, so async code reads the same on
-    # both: what a request pushes or reads, and what an async consumer or operator does.
-    # Not compact_if_grown, a worker's chore.
-
-    apush = async_twin(FrontQueue.push)
-    apush_many = async_twin(FrontQueue.push_many)
-    apop_batch = async_twin(FrontQueue.pop_batch)
-    aack = async_twin(FrontQueue.ack)
-    aack_pop = async_twin(FrontQueue.ack_pop)
-    afail = async_twin(FrontQueue.fail)
-    aextend = async_twin(FrontQueue.extend)
-    arelease = async_twin(FrontQueue.release)
-    aack_by_id = async_twin(FrontQueue.ack_by_id)
-    afail_by_id = async_twin(FrontQueue.fail_by_id)
-    aretry = async_twin(FrontQueue.retry)
-    aset_priority = async_twin(FrontQueue.set_priority)
-    acancel = async_twin(FrontQueue.cancel)
-    acancel_requested = async_twin(FrontQueue.cancel_requested)
-    arescue = async_twin(FrontQueue.rescue)
-    anext_due = async_twin(FrontQueue.next_due)
-    acompact = async_twin(FrontQueue.compact)
-    astats = async_twin(FrontQueue.stats)
-    apushed = async_twin(FrontQueue.pushed)
-    apurge = async_twin(FrontQueue.purge)
-    acount = async_twin(FrontQueue.count)
-    adelete = async_twin(FrontQueue.delete)
-
     # -- consumer groups ----------------------------------------------------------------------
 
     def group(self, name: str) -> DjangoGroupQueue[M]:
@@ -179,7 +184,7 @@ def annotated_items[M: models.Model](
     return qs  # type: ignore[no-any-return]
 
 
-class DjangoGroupQueue[M: models.Model](GroupFront[M]):
+class DjangoGroupQueue[M: models.Model](GroupFront[M], AsyncFront[M]):
     """``Model.queue.group(name)``: consumer group ``name`` of a model's queue
     (:class:`dbqueue.front.GroupFront`) on the queue's database alias, with the group's
     querysets."""

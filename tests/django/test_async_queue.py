@@ -223,3 +223,20 @@ def test_django_allow_async_unsafe_lets_a_sync_operation_run(
 
     run(script)
     assert queue.count() == 1
+
+
+def test_a_consumer_group_has_the_twins_too(alias: str) -> None:
+    from tests.django.testapp.models import FanoutJob
+
+    queue = FanoutJob.queue.using(alias)
+
+    async def consume() -> None:
+        item = await queue.apush(subject="a")
+        email = queue.group("email")
+        (job,) = await email.apop_batch(1)  # a model instance, as pop_batch's
+        assert (job.id, job.subject) == (item, "a")
+        assert await email.aack([job]) == [item]
+        assert await email.acount() == 0
+        assert await queue.group("search").acount("ready") == 1
+
+    run(consume)
