@@ -7,6 +7,7 @@ import datetime as dt
 import importlib.metadata
 import json
 import math
+import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -98,6 +99,32 @@ def run_meta(
         "notes": env.notes,
         "seconds": round(seconds, 1),
     }
+
+
+def study_meta(env: BenchEnv, started: dt.datetime, elapsed: float, load: float) -> dict[str, Any]:
+    """What a one-question bench (``python -m bench.unique_push``, ``bench.fanout``...) records
+    about its run: when, on which server and settings, under which load (``load``: the load
+    average when it started), from which source, with which package versions."""
+    described = env.describe()
+    return {
+        "started": f"{started:%Y-%m-%d %H:%M} UTC",
+        "seconds": round(elapsed, 1),
+        "server": f"{described['server']}, PostgreSQL {described['postgresql']['server_version']}",
+        "settings": described["postgresql"],
+        "load": [load, os.getloadavg()[0]],
+        "cpus": os.cpu_count(),
+        "source": source(),
+        "versions": versions(),
+    }
+
+
+def write_study(stem: Path, meta: dict[str, Any], results: Any, text: str) -> None:
+    """A one-question bench's report: ``stem``.md (``text``) and ``stem``.json (its meta and
+    results), and where it is, printed."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    stem.with_suffix(".md").write_text(text)
+    print(f"report: {stem.with_suffix('.md')} ({meta['seconds']} s)")
 
 
 #: The physical references' labels (bench/pgbench.py, bench/ring_pgbench.py).

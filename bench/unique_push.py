@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import statistics
 import time
@@ -156,25 +155,13 @@ def main(argv: list[str]) -> int:
         results = measure(dsn, args.singles, args.batches, args.repeat)
     finally:
         env.drop("unique")
-    described = env.describe()
-    meta = {
-        "started": f"{started:%Y-%m-%d %H:%M} UTC",
-        "seconds": round(time.perf_counter() - t0, 1),
-        "server": f"{described['server']}, PostgreSQL {described['postgresql']['server_version']}",
-        "settings": described["postgresql"],
-        "load": [load, os.getloadavg()[0]],
-        "cpus": os.cpu_count(),
-        "source": report.source(),
-        "versions": report.versions(),
+    meta = report.study_meta(env, started, time.perf_counter() - t0, load) | {
         "singles": args.singles,
         "batches": args.batches,
         "repeat": args.repeat,
     }
     stem = args.out or REPORTS / f"{started:%Y-%m-%d}-unique-push"
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    stem.with_suffix(".md").write_text(markdown(meta, results))
-    print(f"report: {stem.with_suffix('.md')} ({meta['seconds']} s)")
+    report.write_study(stem, meta, results, markdown(meta, results))
     return 0
 
 
