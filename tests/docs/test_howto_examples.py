@@ -12,7 +12,7 @@ import pytest
 
 HOWTO = Path(__file__).resolve().parents[2] / "docs" / "howto"
 #: The pages whose first Python block is a runnable example.
-PAGES = ["cancellation.md", "unique.md"]
+PAGES = ["cancellation.md", "fanout.md", "unique.md"]
 
 pytestmark = pytest.mark.sqlite
 
