@@ -24,30 +24,40 @@ from dbqueue.metrics import CACHE_FOR, DepthCollector, QueueDepth, read_depth, r
 from dbqueue_django.models import BaseQueueModel, queue_models
 
 
-def queue_label(model: type[BaseQueueModel], alias: str) -> str:
-    """A queue's ``queue`` label: the name the worker logs it by (``app_label.Model@alias``),
-    so the view's gauges and the worker's counters line up."""
-    return f"{model._meta.label}@{alias}"
+def queue_label(model: type[BaseQueueModel], alias: str, group: str | None = None) -> str:
+    """A queue's ``queue`` label: the name the worker logs it by (``app_label.Model@alias``,
+    a consumer group's ``app_label.Model[group]@alias``), so the view's gauges and the
+    worker's counters line up."""
+    label = model._meta.label if group is None else f"{model._meta.label}[{group}]"
+    return f"{label}@{alias}"
 
 
 def read_models(models: Iterable[type[BaseQueueModel]]) -> list[QueueDepth]:
-    """Each model's reading on its database, each in a savepoint of its own: a queue whose
-    tables are missing reads as down without breaking the request's transaction."""
+    """Each model's reading on its database (a queue with consumer groups: each group's),
+    each in a savepoint of its own: a queue whose tables are missing reads as down without
+    breaking the request's transaction."""
     readings = []
     for model in models:
-        queue: Any = model.queue
-        alias = queue.alias
-
-        def stats(queue: Any = queue, alias: str = alias) -> Any:
-            with transaction.atomic(using=alias):
-                return queue.stats()
-
-        def pushed(queue: Any = queue, alias: str = alias) -> int:
-            with transaction.atomic(using=alias):
-                return int(queue.pushed())
-
-        readings.append(read_depth(queue_label(model, alias), stats, pushed))
+        whole: Any = model.queue
+        groups: tuple[str, ...] = whole.spec.options.groups
+        for group in groups or (None,):
+            queue = whole if group is None else whole.group(group)
+            readings.append(_reading(queue, queue_label(model, whole.alias, group)))
     return readings
+
+
+def _reading(queue: Any, label: str) -> QueueDepth:
+    """The reading of ``queue`` (a model's, or a consumer group's) on its alias."""
+
+    def stats() -> Any:
+        with transaction.atomic(using=queue.alias):
+            return queue.stats()
+
+    def pushed() -> int:
+        with transaction.atomic(using=queue.alias):
+            return int(queue.pushed())
+
+    return read_depth(label, stats, pushed)
 
 
 def metrics_view(

@@ -138,3 +138,21 @@ def test_without_the_extra_the_metrics_port_names_it(monkeypatch: pytest.MonkeyP
             "runqueueworker", "testapp.Ping", "--metrics-port", "9100", stdout=io.StringIO()
         )
     assert str(raised.value) == EXTRA_MISSING
+
+
+@pytest.mark.postgresql
+def test_a_queue_with_groups_reads_as_one_queue_per_group() -> None:
+    from tests.django.testapp.models import FanoutJob
+
+    view = metrics_view([FanoutJob], cache_for=0)
+    from django.test import RequestFactory
+
+    before = FanoutJob.queue.pushed()
+    FanoutJob.queue.push_many([{"subject": "a"}, {"subject": "b"}])
+    FanoutJob.queue.group("email").pop_batch(1)
+    found = samples(view(RequestFactory().get("/m")).content.decode())
+    email, search = (f"testapp.FanoutJob[{g}]@default" for g in ("email", "search"))
+    assert found[("dbqueue_stats_up", (("queue", email),))] == 1
+    assert found[("dbqueue_depth", (("queue", email), ("state", "leased")))] == 1
+    assert found[("dbqueue_depth", (("queue", search), ("state", "ready")))] == 2
+    assert found[("dbqueue_pushed_total", (("queue", search),))] == before + 2
