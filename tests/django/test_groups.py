@@ -182,8 +182,8 @@ def test_removing_a_group_deletes_its_table(alias: str) -> None:
     before, migration = change(alias, ("email",))
     *indexes_first, delete = migration.operations
     assert isinstance(delete, DeleteModel) and delete.name == "FanoutJobQueueMeta_search"
-    # Django drops a model's indexes before the model itself.
-    assert {(type(op), op.model_name) for op in indexes_first} == {
+    # Django 6 drops a model's indexes before the model itself; Django 5.2 the model alone.
+    assert {(type(op), op.model_name) for op in indexes_first} <= {
         (RemoveIndex, "fanoutjobqueuemeta_search")
     }
     with Applied(alias, before, migration):
