@@ -10,8 +10,9 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
+from django.contrib.admin.utils import unquote
 from django.db.models import F, Q, QuerySet
-from django.http import HttpRequest, QueryDict
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.utils import timezone
 
 from dbqueue.errors import InvalidArgument
@@ -271,8 +272,9 @@ class GroupedQueueModelAdmin(QueueModelAdmin):
     """The admin of a split queue with consumer groups (``QueueOptions.groups``): the list,
     its counts, the state filter and the Retry, Cancel and Set priority actions are of one
     group, chosen in the "consumer group" filter (the first by default); Delete deletes items
-    from every group. The item page shows the first group's state, and leaves retrying and
-    cancelling to the list's actions, where the group is chosen."""
+    from every group. An item's page shows, and its Retry and Cancel buttons act on, the
+    group of the list it was opened from; opened without one, the first group that holds
+    the item (the page is then reloaded with that group chosen, so its buttons act on it)."""
 
     list_filter = [GroupFilter, StateFilter]
     date_hierarchy = None  # type: ignore[assignment] # the run_at of which group?
@@ -300,8 +302,31 @@ class GroupedQueueModelAdmin(QueueModelAdmin):
     def get_search_fields(self, request: HttpRequest) -> list[str]:
         return ["=id", f"{meta_relation(self.group_of(request))}__last_error"]
 
-    def can_retry(self, obj: Any) -> bool:
-        return False
+    def _held_by(self, request: HttpRequest, object_id: str, group: str) -> bool:
+        """Whether consumer group ``group`` holds the item ``object_id``."""
+        held = {f"{meta_relation(group)}__isnull": False}
+        queryset = super(QueueModelAdmin, self).get_queryset(request)
+        return bool(queryset.filter(pk=unquote(object_id), **held).exists())
 
-    def can_cancel(self, obj: Any) -> bool:
-        return False
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        chosen = self.group_of(request)
+        if not self._held_by(request, object_id, chosen):
+            groups: tuple[str, ...] = self.model.queue.spec.options.groups
+            holder = next((g for g in groups if self._held_by(request, object_id, g)), None)
+            if holder is not None:  # the page of the group that holds it
+                kept = QueryDict(request.GET.get("_changelist_filters", ""), mutable=True)
+                kept[GROUP_PARAM] = holder
+                query = QueryDict(mutable=True)
+                query["_changelist_filters"] = kept.urlencode()
+                return HttpResponseRedirect(f"{request.path}?{query.urlencode()}")
+        obj = self.get_object(request, unquote(object_id))
+        extra = {**(extra_context or {})}
+        if obj is not None:  # Django's subtitle (the item), and which group's state it is
+            extra["subtitle"] = f"{obj} — consumer group {chosen}"
+        return super().change_view(request, object_id, form_url, extra_context=extra)

@@ -98,3 +98,33 @@ def test_the_overview_has_a_row_per_group(superuser: Client) -> None:
     page = superuser.get("/admin/dbqueue_django/queueoverview/").content.decode()
     assert "fanout jobs [email]" in page and "fanout jobs [search]" in page
     assert f"{CHANGELIST}?group=search&amp;state=failed" in page
+
+
+def test_an_item_page_shows_and_acts_on_one_group(superuser: Client) -> None:
+    item = failed_in_search("buttons")
+    page = superuser.get(f"{CHANGELIST}{item}/change/?_changelist_filters=group%3Dsearch")
+    body = page.content.decode()
+    assert "consumer group search" in body and 'name="_retry"' in body
+    assert "_changelist_filters=group%3Dsearch" in body  # the buttons keep the group
+    retried = superuser.post(
+        f"{CHANGELIST}{item}/retry/?_changelist_filters=group%3Dsearch", follow=True
+    )
+    assert retried.status_code == 200
+    assert FanoutJob.queue.group("search").count("ready") == 1
+    # The first group, email, still has it ready: its page offers Cancel, not Retry.
+    email = superuser.get(f"{CHANGELIST}{item}/change/").content.decode()
+    assert "consumer group email" in email and 'name="_cancel"' in email
+    assert 'name="_retry"' not in email
+
+
+def test_an_item_page_opens_on_a_group_that_holds_the_item(superuser: Client) -> None:
+    item = FanoutJob.queue.push(subject="only search")
+    email = FanoutJob.queue.group("email")
+    email.ack(email.pop_batch(1))  # email is done with it: only search holds it
+    page = superuser.get(f"{CHANGELIST}{item}/change/", follow=True)
+    assert page.status_code == 200
+    assert page.redirect_chain[-1][0].endswith("_changelist_filters=group%3Dsearch")
+    assert "consumer group search" in page.content.decode()
+    FanoutJob.queue.group("search").purge()  # no group holds it: Django's "does not exist"
+    gone = superuser.get(f"{CHANGELIST}{item}/change/", follow=True)
+    assert gone.redirect_chain[-1][0] == "/admin/" and "exist" in gone.content.decode()
