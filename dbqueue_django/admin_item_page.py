@@ -36,6 +36,10 @@ class ItemPageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """What one item is called in the page's title ("order confirmation")."""
         return str(self.opts.verbose_name)
 
+    def item_subtitle(self, request: HttpRequest, obj: Any) -> str | None:
+        """The page's subtitle, under its title (None: Django's, the item itself)."""
+        return None
+
     def can_retry(self, obj: Any) -> bool:
         """Whether ``obj`` may be retried: it failed for good."""
         return False
@@ -80,6 +84,9 @@ class ItemPageAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                                    "show_save_and_add_another": False}  # fmt: skip
         if obj is not None:
             context["title"] = f"View {self.item_state(obj)} {self.item_noun()}"
+            subtitle = self.item_subtitle(request, obj)
+            if subtitle is not None:
+                context["subtitle"] = subtitle
             if self.can_retry(obj) and self.has_change_permission(request, obj):
                 context["retry_url"] = self._url("retry", quote(obj.pk))
             if self.can_cancel(obj) and self.has_change_permission(request, obj):

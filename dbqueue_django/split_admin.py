@@ -317,16 +317,16 @@ class GroupedQueueModelAdmin(QueueModelAdmin):
     ) -> HttpResponse:
         chosen = self.group_of(request)
         if not self._held_by(request, object_id, chosen):
-            groups: tuple[str, ...] = self.model.queue.spec.options.groups
-            holder = next((g for g in groups if self._held_by(request, object_id, g)), None)
+            others = [g for g in self.model.queue.spec.options.groups if g != chosen]
+            holder = next((g for g in others if self._held_by(request, object_id, g)), None)
             if holder is not None:  # the page of the group that holds it
                 kept = QueryDict(request.GET.get("_changelist_filters", ""), mutable=True)
                 kept[GROUP_PARAM] = holder
                 query = QueryDict(mutable=True)
                 query["_changelist_filters"] = kept.urlencode()
                 return HttpResponseRedirect(f"{request.path}?{query.urlencode()}")
-        obj = self.get_object(request, unquote(object_id))
-        extra = {**(extra_context or {})}
-        if obj is not None:  # Django's subtitle (the item), and which group's state it is
-            extra["subtitle"] = f"{obj} — consumer group {chosen}"
-        return super().change_view(request, object_id, form_url, extra_context=extra)
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def item_subtitle(self, request: HttpRequest, obj: Any) -> str | None:
+        # Django's subtitle (the item), and which group's state the page shows.
+        return f"{obj} — consumer group {self.group_of(request)}"

@@ -91,16 +91,6 @@ class SessionQueue[M](FrontQueue[M]):
         return self.queue.instance(row, extras)
 
 
-class GroupSessionQueue[M](SessionQueue[M]):
-    """A consumer group of a class's queue bound to one Session or Connection
-    (:meth:`SAGroupQueue.on`): its pushes go to the queue, which delivers to every group."""
-
-    queue: SAGroupQueue[M]
-
-    def pusher(self) -> FrontQueue[M]:
-        return self.queue.parent.on(self.target)
-
-
 class RingSessionQueue[M](SessionQueue[M], RingFrontQueue[M]):
     """A ring class's queue bound to one Session or Connection."""
 
@@ -403,8 +393,6 @@ class SAGroupQueue[M](SAQueue[M]):
     with the group's core queue (:meth:`dbqueue.split.SplitQueue.group`) on the session's
     connection; ``items()`` and ``failed()`` query the group's meta table."""
 
-    bound = GroupSessionQueue
-
     def __init__(self, parent: SAQueue[M], name: str) -> None:
         self._spec = parent.spec.for_group(name)  # InvalidArgument for a group not declared
         super().__init__(parent.model)
@@ -414,9 +402,6 @@ class SAGroupQueue[M](SAQueue[M]):
     def spec(self) -> QueueSpec:
         """The group's core spec (:meth:`dbqueue.spec.QueueSpec.for_group`)."""
         return self._spec
-
-    def on(self, target: Target) -> GroupSessionQueue[M]:
-        return cast(GroupSessionQueue[M], super().on(target))
 
     def group(self, name: str) -> SAGroupQueue[M]:
         return self.parent.group(name)
