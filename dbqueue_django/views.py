@@ -22,14 +22,7 @@ from django.http import HttpRequest, HttpResponse
 from dbqueue.errors import MetricsUnavailable
 from dbqueue.metrics import CACHE_FOR, DepthCollector, QueueDepth, read_depth, require_prometheus
 from dbqueue_django.models import BaseQueueModel, queue_models
-
-
-def queue_label(model: type[BaseQueueModel], alias: str, group: str | None = None) -> str:
-    """A queue's ``queue`` label: the name the worker logs it by (``app_label.Model@alias``,
-    a consumer group's ``app_label.Model[group]@alias``), so the view's gauges and the
-    worker's counters line up."""
-    label = model._meta.label if group is None else f"{model._meta.label}[{group}]"
-    return f"{label}@{alias}"
+from dbqueue_django.worker import queue_label
 
 
 def read_models(models: Iterable[type[BaseQueueModel]]) -> list[QueueDepth]:
@@ -40,9 +33,10 @@ def read_models(models: Iterable[type[BaseQueueModel]]) -> list[QueueDepth]:
     for model in models:
         whole: Any = model.queue
         groups: tuple[str, ...] = whole.spec.options.groups
-        for group in groups or (None,):
-            queue = whole if group is None else whole.group(group)
-            readings.append(_reading(queue, queue_label(model, whole.alias, group)))
+        for queue in [whole.group(g) for g in groups] or [whole]:
+            # The name the worker logs it by (app_label.Model[group]@alias), so the view's
+            # gauges and the worker's counters line up.
+            readings.append(_reading(queue, f"{queue_label(queue)}@{queue.alias}"))
     return readings
 
 
