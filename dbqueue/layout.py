@@ -22,6 +22,7 @@ from dbqueue.errors import (
     NotLeased,
     SnapshotTooOld,
     TransactionStateError,
+    UnsupportedOperation,
     shown,
 )
 from dbqueue.executor import Executor, Row, UnloadedRow
@@ -35,6 +36,7 @@ from dbqueue.message import (
 )
 from dbqueue.rows import NumberRow, StateRow, StatsRow, ValueRow
 from dbqueue.spec import QueueSpec
+from dbqueue.sql import Statement
 from dbqueue.statements import Statements
 
 RESCUE_ERROR = "lease expired: the worker holding it died, or overran its lease"
@@ -47,16 +49,60 @@ log = logging.getLogger("dbqueue")
 class Layout(Statements):
     """The shared half of a queue layout. Thread-safe: it holds no connection."""
 
+    #: What a queue with consumer groups does as a whole (:attr:`QueueSpec.fans_out`): push
+    #: into every group, and what goes with it; the rest is a group's (each layout's own).
+    fan_out_operations: frozenset[str] = frozenset()
+    #: What a consumer group does not do: a push goes to every group, through the queue.
+    push_operations: frozenset[str] = frozenset()
+
     def __init__(self, spec: QueueSpec, dialect: Dialect) -> None:
         super().__init__(spec, dialect)
         self.codec = Codec(spec, dialect)
         self._param_names = [f"p{i}" for i in range(len(spec.fields))]
         self._growth = compaction.Growth()
+        self._groups: dict[str, Self] = {}
+        #: A consumer group's queue of all the groups (see :meth:`group`), else None.
+        self._fan_out: Self | None = None
+
+    def group(self, name: str) -> Self:
+        """The queue as consumer group ``name`` sees it (``QueueOptions.groups``): pops, acks,
+        fails, retries, rescues, counts and purges of that group's deliveries only. Pushes go
+        to the queue itself, which delivers each message to every group. One object per group
+        and queue object: it holds no connection either."""
+        core = self._groups.get(name)
+        if core is None:
+            spec = self.spec.for_group(name)  # InvalidArgument for a group not declared
+            made = type(self)(spec, self.dialect)
+            made._fan_out = self
+            # setdefault: threads racing here all end up with the one object.
+            core = self._groups.setdefault(name, made)
+        return core
 
     def pushing_queue(self) -> Self:
-        """The queue whose pushes reach this one's consumers: itself (a split queue's consumer
-        group answers the queue of all its groups)."""
-        return self
+        """The queue whose pushes reach this one's consumers: for a consumer group, the queue
+        of all its groups; else itself."""
+        return self._fan_out or self
+
+    def _statement(self, operation: str) -> Statement:
+        if self.spec.options.groups:
+            self._check_grouped(operation)
+        return super()._statement(operation)
+
+    def _check_grouped(self, operation: str) -> None:
+        """UnsupportedOperation for what a queue with consumer groups, or one of its groups,
+        does not do: checked before any SQL runs."""
+        spec = self.spec
+        if spec.fans_out and operation not in self.fan_out_operations:
+            raise UnsupportedOperation(
+                f"queue {spec.table!r} delivers each item to each of its consumer groups "
+                f"({', '.join(spec.options.groups)}), and each group pops, acks, counts and "
+                f"purges its own deliveries: do this on one group, queue.group(name)"
+            )
+        if spec.group is not None and operation in self.push_operations:
+            raise UnsupportedOperation(
+                f"consumer group {spec.group!r} of queue {spec.table!r} does not push: push "
+                f"to the queue, which delivers the item to every group"
+            )
 
     # -- popped messages as the fronts' model instances --------------------------------------
 

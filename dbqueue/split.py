@@ -31,14 +31,12 @@ from dbqueue.arguments import (
     to_tokens,
 )
 from dbqueue.codec import payload_rows
-from dbqueue.dialects.base import Dialect
-from dbqueue.errors import InvalidArgument, UniqueKeyConflict, UnsupportedOperation, shown
+from dbqueue.errors import InvalidArgument, UniqueKeyConflict, shown
 from dbqueue.executor import Executor, Row, UnloadedRow, columns_from
 from dbqueue.layout import RESCUE_ERROR, Layout, log
 from dbqueue.message import CancelOutcome, Message, QueueStats, RescueResult, State
 from dbqueue.outage import is_unique_violation
 from dbqueue.rows import NumberRow, StateRow, ValueRow
-from dbqueue.spec import QueueSpec
 from dbqueue.sql import Statement
 from dbqueue.unique import Pushed, item_keys
 
@@ -123,11 +121,6 @@ PAYLOAD_AT = len(PopRow._fields)
 #: With ``QueueOptions.keep_done``, the statements that mark items done instead of removing
 #: them, by the operation they replace.
 KEEP_DONE_OPERATIONS = {"ack": "ack_done", "ack_pop": "ack_pop_done", "pop_remove": "pop_done"}
-#: What a queue with consumer groups does as a whole (:attr:`QueueSpec.fans_out`): it pushes
-#: into every group, and says how many it ever pushed; the rest is a group's.
-FAN_OUT_OPERATIONS = frozenset({"push", "push_many", "pushed", "notify"})
-#: What a consumer group does not do: a push goes to every group, through the queue.
-PUSHES = frozenset({"push", "push_many", "push_unique", "push_many_unique"})
 
 
 class SplitQueue(Layout):
@@ -140,34 +133,11 @@ class SplitQueue(Layout):
     """
 
     layout = "split"
+    fan_out_operations = frozenset({"push", "push_many", "pushed", "notify"})
+    push_operations = frozenset({"push", "push_many", "push_unique", "push_many_unique"})
     #: PostgreSQL: the data table's identity sequence, read at the first unique push (a core
     #: queue serves one database: see dbqueue.front.shared_core).
     _id_seq: str | None = None
-
-    def __init__(self, spec: QueueSpec, dialect: Dialect) -> None:
-        super().__init__(spec, dialect)
-        self._groups: dict[str, SplitQueue] = {}
-        #: A consumer group's queue of all the groups (see :meth:`group`), else None.
-        self._fan_out: SplitQueue | None = None
-
-    def group(self, name: str) -> SplitQueue:
-        """The queue as consumer group ``name`` sees it (``QueueOptions.groups``): pops, acks,
-        fails, retries, rescues, counts and purges of that group's deliveries only. Pushes go
-        to the queue itself, which delivers each item to every group. One object per group and
-        queue object: it holds no connection either."""
-        core = self._groups.get(name)
-        if core is None:
-            spec = self.spec.for_group(name)  # InvalidArgument for a group not declared
-            made = SplitQueue(spec, self.dialect)
-            made._fan_out = self
-            # setdefault: threads racing here all end up with the one object.
-            core = self._groups.setdefault(name, made)
-        return core
-
-    def pushing_queue(self) -> SplitQueue:
-        """The queue whose pushes reach this one's consumers: for a consumer group, the queue
-        of all its groups; else itself."""
-        return self._fan_out or self
 
     def model_row(self, message: Message) -> dict[str, Any]:
         """The data table's columns (:func:`data_row`)."""
@@ -183,28 +153,9 @@ class SplitQueue(Layout):
         }
 
     def _statement(self, operation: str) -> Statement:
-        spec = self.spec
-        if spec.options.groups:
-            self._check_grouped(operation)
-        if spec.options.keep_done:
+        if self.spec.options.keep_done:
             operation = KEEP_DONE_OPERATIONS.get(operation, operation)
         return super()._statement(operation)
-
-    def _check_grouped(self, operation: str) -> None:
-        """UnsupportedOperation for what a queue with consumer groups, or one of its groups,
-        does not do: checked before any SQL runs."""
-        spec = self.spec
-        if spec.fans_out and operation not in FAN_OUT_OPERATIONS:
-            raise UnsupportedOperation(
-                f"queue {spec.table!r} delivers each item to each of its consumer groups "
-                f"({', '.join(spec.options.groups)}), and each group pops, acks, counts and "
-                f"purges its own deliveries: do this on one group, queue.group(name)"
-            )
-        if spec.group is not None and operation in PUSHES:
-            raise UnsupportedOperation(
-                f"consumer group {spec.group!r} of queue {spec.table!r} does not push: push "
-                f"to the queue, which delivers the item to every group"
-            )
 
     def delete(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
         """Delete items by id, whatever their state; return how many. A queue with consumer

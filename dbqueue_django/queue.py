@@ -206,7 +206,7 @@ class DjangoGroupQueue[M: models.Model](GroupFront[M], AsyncFront[M]):
     @property
     def core(self) -> AnyQueue:
         """The group's core queue for this alias's database (see :attr:`DjangoQueue.core`)."""
-        return self.front.core.group(self.name)  # type: ignore[union-attr]
+        return self.front.core.group(self.name)
 
     def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:
         """The data rows this group holds, annotated with the group's meta columns (its own
