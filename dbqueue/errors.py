@@ -136,6 +136,11 @@ class QueueFull(DBQueueError):
     None if not (within a batch a later message can land while an earlier one waits, so the
     stored ones are not always a prefix). Outside a transaction the stored ones are committed;
     nothing else of the call was written. ``remaining`` counts the Nones.
+
+    For a ring with consumer groups, ``lagging`` names the groups that had not taken the
+    message in the slot the push needed, with how many numbers behind the pushers each one
+    was (``"search (2000 behind)"``): the slot is free only once every group has settled it,
+    so one stopped group stops every push after ``capacity`` messages.
     """
 
     def __init__(
@@ -147,8 +152,12 @@ class QueueFull(DBQueueError):
         *,
         can_wait: bool = True,
         advice: str | None = None,
+        lagging: str | None = None,
     ) -> None:
         self.pushed = pushed
+        self.lagging = lagging
+        if lagging:
+            why = f"{why}; the consumer group(s) behind: {lagging}"
         self.remaining = sum(1 for i in pushed if i is None)
         stored = [i for i in pushed if i is not None]
         done = (

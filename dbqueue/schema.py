@@ -107,6 +107,8 @@ def group_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
     receives the items pushed from then on."""
     if spec.group is None:
         raise InvalidSpec(f"queue {spec.table!r}: group_statements() takes a consumer group's spec")
+    if spec.options.capacity is not None:
+        return group_ring_statements(spec, dialect)
     statements = meta_statements(spec, dialect)
     if dialect.supports_storage_parameters:
         statements.extend(set_statements(storage_parameters(spec, dialect)[:1], dialect))
@@ -195,29 +197,91 @@ def create_ring_statements(spec: QueueSpec, dialect: Dialect, *, start: int = 0)
     if capacity is None:
         raise InvalidSpec(f"queue {spec.table!r} has no capacity: it is not a ring queue")
     q = dialect.quote
-    pg = dialect.supports_storage_parameters
-    ts = "timestamp with time zone" if pg else "datetime"
     nullable = "".join(f",\n    {q(f.name)} {dialect.column_type(f)} NULL" for f in spec.fields)
+    statements = [
+        # Payload columns are nullable here only because empty slots hold no message; the core
+        # validates every push against the declared fields.
+        slot_table_statement(spec, dialect, nullable),
+        side_table_statement(spec, dialect),
+        waiting_index_statement(spec, dialect),
+        *ring_slot_statements(spec, dialect, start=start),
+    ]
+    for group in spec.group_specs:
+        statements.extend(group_ring_statements(group, dialect))
+    return statements
+
+
+def slot_table_statement(spec: QueueSpec, dialect: Dialect, payload: str) -> str:
+    """CREATE TABLE of a ring's slot table (``payload``: its payload columns' definitions),
+    or with a consumer group's spec, of that group's state table: the same columns without
+    the payload (dbqueue.ring, "Consumer groups")."""
+    ts = "timestamp with time zone" if dialect.supports_storage_parameters else "datetime"
+    return (
+        f"CREATE TABLE {dialect.quote(spec.state_table)} (\n"
+        f"    slot integer NOT NULL PRIMARY KEY,\n"
+        f"    seq bigint NOT NULL,\n    state smallint NOT NULL DEFAULT 0,\n"
+        f"    attempts smallint NOT NULL DEFAULT 0,\n    pushed_at {ts} NULL,\n"
+        f"    lease_until {ts} NULL,\n    last_error text NULL{payload}\n)"
+    )
+
+
+def side_table_statement(spec: QueueSpec, dialect: Dialect) -> str:
+    """CREATE TABLE of a ring's side table (of a consumer group's, for a group's spec)."""
+    q = dialect.quote
+    ts = "timestamp with time zone" if dialect.supports_storage_parameters else "datetime"
     payload = "".join(
         f",\n    {q(f.name)} {dialect.column_type(f)}{'' if f.nullable else ' NOT NULL'}"
         for f in spec.fields
     )
-    ring, failed = q(spec.table), q(spec.failed_table)
-    statements = [
-        # Payload columns are nullable here only because empty slots hold no message; the core
-        # validates every push against the declared fields.
-        f"CREATE TABLE {ring} (\n    slot integer NOT NULL PRIMARY KEY,\n"
-        f"    seq bigint NOT NULL,\n    state smallint NOT NULL DEFAULT 0,\n"
-        f"    attempts smallint NOT NULL DEFAULT 0,\n    pushed_at {ts} NULL,\n"
-        f"    lease_until {ts} NULL,\n    last_error text NULL{nullable}\n)",
-        f"CREATE TABLE {failed} (\n    id bigint NOT NULL PRIMARY KEY,\n"
+    return (
+        f"CREATE TABLE {q(spec.failed_table)} (\n    id bigint NOT NULL PRIMARY KEY,\n"
         f"    state smallint NOT NULL DEFAULT {int(State.FAILED)},\n"
         f"    attempts smallint NOT NULL,\n    pushed_at {ts} NULL,\n"
         f"    failed_at {ts} NOT NULL,\n    run_at {ts} NULL,\n    lease_until {ts} NULL,\n"
-        f"    last_error text NULL{payload}\n)",
+        f"    last_error text NULL{payload}\n)"
+    )
+
+
+#: The fill factor of a consumer group's state table: its rows are narrow (no payload), and
+#: half of each page left free keeps every update of a lap on its page, as the ring's 10 does
+#: for its wide slots (bench/reports/2026-11-27-ring-fanout.md, layout C: the tables' size
+#: did not move over 15-19 laps).
+GROUP_STATE_FILLFACTOR = 50
+
+
+def group_ring_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
+    """The tables of one consumer group of a ring (``spec``, a group's): its state table, a row
+    per slot, each settled at the number its slot holds (so the group gets none of the
+    messages already in the ring), its side table, and its pop counter, started at the push
+    counter. Adding a group to a ring is running these; the group receives the messages
+    pushed from then on."""
+    q = dialect.quote
+    state, slots = q(spec.state_table), q(spec.table)
+    pop, push = q(spec.pop_seq), q(spec.push_seq)
+    statements = [
+        slot_table_statement(spec, dialect, ""),
+        side_table_statement(spec, dialect),
         waiting_index_statement(spec, dialect),
     ]
-    return statements + ring_slot_statements(spec, dialect, start=start)
+    if not dialect.supports_storage_parameters:
+        return [
+            *statements,
+            f"CREATE TABLE {pop} (value integer NOT NULL)",
+            f"INSERT INTO {pop} (value) SELECT value FROM {push}",
+            f"INSERT INTO {state} (slot, seq) SELECT slot, seq FROM {slots}",
+            f"CREATE INDEX {q(spec.index_name('seq'))} ON {state} (seq)",
+        ]
+    storage = ring_storage_parameters(spec, dialect, plain=True)
+    storage[0][1]["fillfactor"] = str(GROUP_STATE_FILLFACTOR)
+    return [
+        *statements,
+        *set_statements(storage, dialect),
+        f"CREATE SEQUENCE {pop} AS bigint MINVALUE 0 START 0",
+        f"SELECT setval('{pop}', (SELECT CASE WHEN is_called THEN last_value + 1 "
+        f"ELSE last_value END FROM {push}), false)",
+        f"INSERT INTO {state} (slot, seq) SELECT slot, seq FROM {slots}",
+        f"ANALYZE {state}",
+    ]
 
 
 def waiting_index_statement(spec: QueueSpec, dialect: Dialect) -> str:
@@ -292,7 +356,9 @@ def ring_storage_parameters(
     """The storage parameters :func:`ring_tuning_statements` sets, per table."""
     if not dialect.supports_storage_parameters:
         return []
-    tables = [(spec.table, spec.options.capacity or 0)] if plain else ring_storage_tables(spec)
+    tables = (
+        [(spec.state_table, spec.options.capacity or 0)] if plain else ring_storage_tables(spec)
+    )
     return [
         (
             table,
@@ -421,11 +487,22 @@ def drop_ring_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
     """DROP statements for everything :func:`create_ring_statements` creates."""
     q = dialect.quote
     tables = [spec.table, spec.failed_table]
+    for group in spec.group_specs:
+        tables += [group.state_table, group.failed_table]
     if dialect.supports_storage_parameters:
         drop_tables = [f"DROP TABLE IF EXISTS {', '.join(q(t) for t in tables)}"]
     else:
         drop_tables = [f"DROP TABLE IF EXISTS {q(t)}" for t in tables]
-    return drop_tables + drop_ring_counter_statements(spec, dialect)
+    counters = drop_ring_counter_statements(spec, dialect)
+    for group in spec.group_specs:
+        counters += drop_group_counter_statements(group, dialect)
+    return drop_tables + counters
+
+
+def drop_group_counter_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
+    """DROP statement for a ring's consumer group's pop counter (``spec``, a group's)."""
+    kind = "SEQUENCE" if dialect.supports_storage_parameters else "TABLE"
+    return [f"DROP {kind} IF EXISTS {dialect.quote(spec.pop_seq)}"]
 
 
 def ring_refill_statements(spec: QueueSpec, dialect: Dialect, *, start: int) -> list[str]:

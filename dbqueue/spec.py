@@ -60,12 +60,10 @@ SPLIT_HINT = (
 )
 
 
-#: How to fix a ring declaration that declares consumer groups.
-GROUPS_RING_HINT = (
-    "consumer groups are built on split queues so far: each group has a meta table of its own "
-    "over the one data table; declare a split queue (Django: QueueModel, SQLAlchemy: "
-    "QueueMixin) for fan-out"
-)
+#: A consumer group of a ring has a state table ``<table>_ring_<group>`` (its row of every
+#: slot), a side table ``<table>_side_<group>`` and a pop counter ``<table>_pop_<group>``; none
+#: of these infixes is longer than GROUP_META_INFIX, so a group name that fits one fits all.
+GROUP_STATE_INFIX, GROUP_SIDE_INFIX, GROUP_POP_INFIX = "_ring_", "_side_", "_pop_"
 #: Why a queue cannot have both unique items and consumer groups.
 GROUPS_UNIQUE_HINT = (
     "a unique key is held by an item's meta row, and a queue with consumer groups has one meta "
@@ -278,8 +276,6 @@ class QueueOptions:
         if len(names) > MAX_GROUPS:
             raise InvalidSpec(f"a queue has at most {MAX_GROUPS} consumer groups, got {len(names)}")
         object.__setattr__(self, "groups", tuple(names))
-        if names and self.capacity is not None:
-            raise InvalidSpec(f"groups: {GROUPS_RING_HINT}")
         if names and self.is_unique:
             raise InvalidSpec(f"groups and unique items cannot be combined: {GROUPS_UNIQUE_HINT}")
 
@@ -525,8 +521,27 @@ class QueueSpec:
 
     @property
     def failed_table(self) -> str:
-        """Ring queues: where messages go after ``max_attempts``."""
+        """Ring queues: the side table, where messages wait out of the ring (failed ones,
+        retries, moved leases, spilled ones); a consumer group's is ``<table>_side_<group>``.
+        A ring with groups keeps its own for the messages that spilled before any group got
+        them."""
+        if self.group is not None:
+            return f"{self.table}{GROUP_SIDE_INFIX}{self.group}"
         return f"{self.table}_failed"
+
+    @property
+    def state_table(self) -> str:
+        """Ring queues: the table of the slots' states, ``<table>`` itself; a consumer group's
+        is ``<table>_ring_<group>``, its own row of every slot (dbqueue.ring, "Consumer
+        groups")."""
+        if self.group is not None:
+            return f"{self.table}{GROUP_STATE_INFIX}{self.group}"
+        return self.table
+
+    @property
+    def group_specs(self) -> tuple[QueueSpec, ...]:
+        """This queue as each of its consumer groups sees it, in declaration order."""
+        return tuple(self.for_group(g) for g in self.options.groups)
 
     @property
     def stage_table(self) -> str:
@@ -545,7 +560,10 @@ class QueueSpec:
 
     @property
     def pop_seq(self) -> str:
-        """Ring queues: the sequence that numbers pop claims."""
+        """Ring queues: the sequence that numbers pop claims; a consumer group's own is
+        ``<table>_pop_<group>``."""
+        if self.group is not None:
+            return f"{self.table}{GROUP_POP_INFIX}{self.group}"
         return f"{self.table}_pop_seq"
 
     @property

@@ -25,6 +25,25 @@ The parts, by concern:
   outcomes, rows);
 * :mod:`dbqueue.ring.queue` — :class:`RingQueue` and the administrator's operations.
 
+Consumer groups (fan-out, ``QueueOptions.groups``): the slot table keeps the payload, written
+by pushers only, and each group has a state table ``<table>_ring_<group>`` of its own, one
+narrow row per slot with the slot protocol's columns (number, state, attempts, lease, last
+error), its side table ``<table>_side_<group>`` and its pop counter ``<table>_pop_<group>``.
+A push writes the payload and marks the message ready in every group's row of its slot, in
+one statement, and only where every group has settled the slot's previous lap: a slot is free
+once every group is done with it. Every consumer statement of the ring then runs unchanged on
+a group's state table, reading the payload from the slot table by slot
+(``sql/<dialect>/ring_groups.sql``); :meth:`RingQueue.group` is the ring as one group sees it.
+A group's retries and moved copies go back into the ring for that group only (the other
+groups' rows of the new number are marked settled, a hole their poppers skip), and the
+queue's own side table keeps what spilled before any group got it, pushed into the ring for
+every group. A group that stops taking messages stops every push once it is ``capacity``
+behind: :class:`~dbqueue.errors.QueueFull` names it (``lagging``). Of the layouts measured
+(bench/reports/2026-11-27-ring-fanout.md), this is "group rows" (C) with the push marking the
+rows ready itself (C', bench/reports/2026-11-28-ring-fanout-cprime.md): C's pop had to read
+the payload slot to know a message had landed, a protocol of its own for every statement; C'
+keeps the ring's, at the price of G narrow row writes per push.
+
 SQLite has one writer and transactional counters (``<table>_push_seq`` is a one-row table):
 a number is only consumed by a push that lands and a pop that takes its message, in the same
 transaction, so there are no holes, strands or claims there, only backpressure, leases and

@@ -44,6 +44,12 @@ WAIT_FIRST, WAIT_MAX = 0.001, 0.05
 
 #: A message still waiting to land: its index in the call, and its number (None: a new one).
 Pending = tuple[int, int | None]
+#: The statements of a push: what a ring with consumer groups does as a whole, and what one
+#: of its groups does not do.
+PUSH_OPERATIONS = frozenset(
+    {"push", "push_locked", "push_many", "push_many_locked", "push_blocked", "spill",
+     "next_slot", "lagging"}
+)  # fmt: skip
 
 
 class RingPush(RingBase):
@@ -128,20 +134,24 @@ class RingPush(RingBase):
     def _when_full(self) -> WhenFull:
         return self.spec.options.when_full_mode
 
-    def _full(self, pushed: list[int | None], *, can_wait: bool = True) -> QueueFull:
-        """The QueueFull of a push that found the ring full, in the terms of its mode."""
+    def _full(
+        self, pushed: list[int | None], *, can_wait: bool = True, lagging: str | None = None
+    ) -> QueueFull:
+        """The QueueFull of a push that found the ring full, in the terms of its mode (with
+        consumer groups, naming the ``lagging`` ones)."""
+        table, capacity = self.spec.table, self.capacity
         if self._when_full is WhenFull.RAISE:
             advice = "declare when_full='spill' (an overflow table), "
             return QueueFull(
-                self.spec.table, self.capacity, pushed, "when_full='raise'", advice=advice
+                table, capacity, pushed, "when_full='raise'", advice=advice, lagging=lagging
             )
         if not can_wait:
             why = (
                 "and SQLite cannot wait inside a transaction (no popper can run while it "
                 "holds the write lock)"
             )
-            return QueueFull(self.spec.table, self.capacity, pushed, why, can_wait=False)
-        return QueueFull(self.spec.table, self.capacity, pushed, "after waiting push_timeout")
+            return QueueFull(table, capacity, pushed, why, can_wait=False, lagging=lagging)
+        return QueueFull(table, capacity, pushed, "after waiting push_timeout", lagging=lagging)
 
     def _push_all(
         self, ex: Executor, rows: list[list[Any]], numbers: list[int] | None = None
@@ -160,8 +170,9 @@ class RingPush(RingBase):
         deadline = time.monotonic() + wait.total_seconds()
         evict = not ex.in_transaction()
         pause, renewed = WAIT_FIRST, 0
+        lagging: list[str] = []
         while pending:
-            waiting, renew = self._attempt(ex, rows, pending, ids, evict)
+            waiting, renew = self._attempt(ex, rows, pending, ids, evict, lagging)
             renewed = renewed + 1 if renew else 0
             # A number traded for a new one is tried again at once, unless a whole lap of them
             # found no slot: every slot is held (by consumers, while this push may not move
@@ -174,7 +185,7 @@ class RingPush(RingBase):
             pending = renew + waiting
             if waiting or lapped:
                 if time.monotonic() >= deadline:
-                    raise self._full(ids)
+                    raise self._full(ids, lagging=lagging[-1] if lagging else None)
                 self._sleep(ex, pause)
                 pause = min(pause * 2, WAIT_MAX)
         return [n for n in ids if n is not None]
@@ -195,10 +206,11 @@ class RingPush(RingBase):
         pending: list[Pending],
         ids: list[int | None],
         evict: bool,
+        lagging: list[str],
     ) -> tuple[list[Pending], list[Pending]]:
         """One attempt at every pending message: the hot path, then ring_push_blocked for each
-        one that did not land. Fills ``ids``; returns what waits (same number) and what takes
-        a new number."""
+        one that did not land. Fills ``ids``, and ``lagging`` with the consumer groups a
+        message waits for; returns what waits (same number) and what takes a new number."""
         waiting: list[Pending] = []
         renew: list[Pending] = []
         hot = self._try_hot(ex, rows, pending, locked=not evict)
@@ -206,7 +218,7 @@ class RingPush(RingBase):
             if result.landed:
                 ids[i] = result.number
                 continue
-            blocked = self._blocked(ex, result.number, rows[i], evict)
+            blocked = self._blocked(ex, result.number, rows[i], evict, lagging)
             if blocked.landed:
                 ids[i] = result.number
             elif blocked is PushOutcome.WAIT:
@@ -237,15 +249,26 @@ class RingPush(RingBase):
             params[f"c{c}"] = list(column)
         return params
 
-    def _blocked(self, ex: Executor, number: int, values: list[Any], evict: bool) -> PushOutcome:
-        """``ring_push_blocked`` for one number (see its comment in ring.sql)."""
+    def _blocked(
+        self,
+        ex: Executor,
+        number: int,
+        values: list[Any],
+        evict: bool,
+        lagging: list[str] | None = None,
+    ) -> PushOutcome:
+        """``ring_push_blocked`` for one number (see its comment in ring.sql); with consumer
+        groups, the groups it waits for go into ``lagging`` (ring_groups.sql)."""
         params = dict(
             zip(self._param_names, values, strict=True),
             p=number,
             evict=evict,
             hole_timeout=self.spec.options.hole_timeout,
         )
-        (row,) = self._rows(ex, "push_blocked", params, BlockedRow)
+        (raw,) = self._run(ex, "push_blocked", params)
+        row = BlockedRow._make(raw[: len(BlockedRow._fields)])
+        if self.spec.options.groups and raw[-1] and lagging is not None:
+            lagging.append(str(raw[-1]))
         if row.slot_seq is None:  # no slot row at all: a snapshot older than a compaction?
             self._raise_if_compacted(ex, "push")
         self._check_number(number, row.slot_seq)
@@ -268,9 +291,9 @@ class RingPush(RingBase):
                 return landed
             nothing: list[int | None] = [None] * len(rows)
             if mode is WhenFull.RAISE or not self._may_wait(ex):
-                raise self._full(nothing, can_wait=False)
+                raise self._full(nothing, can_wait=False, lagging=self._lagging(ex))
             if time.monotonic() >= deadline:
-                raise self._full(nothing)
+                raise self._full(nothing, lagging=self._lagging(ex))
             self._sleep(ex, pause)
             pause = min(pause * 2, WAIT_MAX)
 
@@ -310,6 +333,14 @@ class RingPush(RingBase):
         number, slot_seq = self._run(ex, "next_slot", {})[0]
         self._check_number(int(number), slot_seq)
         raise _Full
+
+    def _lagging(self, ex: Executor) -> str | None:
+        """SQLite, a ring with consumer groups: the groups that hold an untaken message in the
+        next number's slot, with how far behind each one is (None without groups)."""
+        if not self.spec.options.groups:
+            return None
+        ((lagging,),) = self._run(ex, "lagging", {})
+        return None if lagging is None else str(lagging)
 
 
 class _Full(Exception):

@@ -12,7 +12,7 @@ from dbqueue.errors import InvalidArgument, QueueTableMissing, RingNotEmpty, Uns
 from dbqueue.executor import Executor
 from dbqueue.message import CancelOutcome, Message, QueueStats, StateSelector
 from dbqueue.ring.pop import RingPop
-from dbqueue.ring.push import RingPush
+from dbqueue.ring.push import PUSH_OPERATIONS, RingPush
 from dbqueue.ring.states import SLOT_OF_SELECTOR, CountersRow, SegmentRow, SlotState
 from dbqueue.ring.sweeper import RingSweeper
 from dbqueue.rows import NumberRow, StatsRow, ValueRow
@@ -21,7 +21,21 @@ from dbqueue.schema import ring_refill_statements
 
 class RingQueue(RingPush, RingPop, RingSweeper):
     """Operations on one ring queue for one dialect (see :mod:`dbqueue.ring`). Thread-safe: it
-    holds no connection, only the process's pending pop claims."""
+    holds no connection, only the process's pending pop claims.
+
+    With consumer groups (``QueueOptions.groups``, see :mod:`dbqueue.ring`), the queue pushes
+    and :meth:`group` pops: ``queue.group(name)`` is a RingQueue with every operation of a
+    ring on that group's deliveries."""
+
+    fan_out_operations = frozenset(
+        {
+            *PUSH_OPERATIONS,
+            # The queue's own side table: messages that spilled before any group got them,
+            # pushed into the ring (to every group) as slots free up.
+            "return", "due", "return_one", "delete_side", "counters", "notify",
+        }
+    )  # fmt: skip
+    push_operations = PUSH_OPERATIONS
 
     def set_priority(self, ex: Executor, ids: Iterable[TokenLike] | int, priority: int) -> int:
         """Ring queues have no priorities: always raises InvalidArgument."""
@@ -46,7 +60,10 @@ class RingQueue(RingPush, RingPop, RingSweeper):
         and the side table's rows: with the last slots if both fit in ``limit``, else in a
         transaction of their own if they fit alone (failed messages kept for an operator may
         be many, and must not keep the slots, the hot table, from compaction). Nothing if a
-        segment holds more than ``limit`` slots."""
+        segment holds more than ``limit`` slots. A ring with consumer groups is not compacted
+        (its groups' state tables hold no payload for ``ring_compact`` to keep): no plan."""
+        if self.spec.options.groups:
+            return []
         segments = self._rows(ex, "segments", {}, SegmentRow)
         if not segments or any(int(s.slots) > limit for s in segments):
             return []
@@ -120,7 +137,12 @@ class RingQueue(RingPush, RingPop, RingSweeper):
             )
 
     def check(self, ex: Executor) -> None:
-        """Raise RingCapacityMismatch unless the table has exactly ``capacity`` slots."""
+        """Raise RingCapacityMismatch unless the table has exactly ``capacity`` slots (with
+        consumer groups: unless each group's state table has)."""
+        if self.spec.fans_out:
+            for name in self.spec.options.groups:
+                self.group(name).check(ex)
+            return
         slots = self._rows(ex, "stats", self._clock(), StatsRow)[0].slots
         if slots != self.capacity:
             raise self._mismatch(f"it has {slots} slots")
@@ -149,12 +171,23 @@ class RingQueue(RingPush, RingPop, RingSweeper):
         return {}
 
     def delete(self, ex: Executor, ids: Iterable[TokenLike] | int) -> int:
-        """Remove messages by number, wherever they are (a slot, the side table)."""
+        """Remove messages by number, wherever they are (a slot, the side table). A ring with
+        consumer groups deletes them from every group and from its overflow (the count is of
+        messages); a group, from its own deliveries only."""
         numbers = self._ids(ids)
         if not numbers:
             return 0
         params = {"ids": self.dialect.array(numbers)}
         with ex.atomic():
+            if self.spec.fans_out:
+                found = {int(r.number) for r in self._rows(ex, "delete_side", params, NumberRow)}
+                for name in self.spec.options.groups:
+                    group = self.group(name)
+                    for operation in ("delete", "delete_side"):
+                        found.update(
+                            int(r.number) for r in group._rows(ex, operation, params, NumberRow)
+                        )
+                return len(found)
             slots = self._rows(ex, "delete", params, NumberRow)
             aside = self._rows(ex, "delete_side", params, NumberRow)
         return len(slots) + len(aside)

@@ -64,6 +64,10 @@ class RingSweeper(RingBase):
             r, f = self._sweep_all(ex, operation, params)
             ready, failed = ready + r, failed + f
         returned = self.return_due(ex, batch=size)
+        if self._fan_out is not None:
+            # A consumer group's sweeper also pushes the queue's overflow into the ring (its
+            # spilled messages go to every group), under the queue's own lock.
+            returned += self._fan_out.return_due(ex, batch=size)
         holes = 0
         if self._sequences:
             hole_params = {"lock_key": self.spec.lock_key, "hole_timeout": options.hole_timeout}
@@ -130,6 +134,8 @@ class RingSweeper(RingBase):
         this call leaves nothing due and the lock free: the push sequence then runs ahead of
         the pop sequence (``ahead``), and the pop looks again.
         """
+        if self._fan_out is not None and self._fan_out.return_due(ex):
+            return True  # the queue's overflow went into the ring: look again
         deadline = time.monotonic() + RETURN_PATIENCE
         result = self._return_due(ex)
         placed, busy, waited = result.placed, result.busy, result.busy

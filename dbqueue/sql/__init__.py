@@ -43,8 +43,9 @@ def load(dialect: str, file: str) -> dict[str, tuple[str, ...]]:
 
 
 def fragments(dialect: str, file: str) -> dict[str, str]:
-    """The raw fragments of the file (blocks named ``_name``), by name."""
-    return {k: "\n".join(v) for k, v in _blocks(dialect, file).items() if k.startswith("_")}
+    """The raw fragments of the file (blocks named ``_name``), by name (a fragment of several
+    statements keeps the ``;`` between them)."""
+    return {k: ";\n".join(v) for k, v in _blocks(dialect, file).items() if k.startswith("_")}
 
 
 #: What the names of the statements of unique queues only have (dbqueue.unique).
@@ -53,6 +54,10 @@ UNIQUE_STATEMENT = "unique"
 COMMON = "common"
 #: The file whose statements replace the split layout's for a queue with consumer groups.
 GROUPS = "split_groups"
+#: The file whose statements replace the ring layout's for a ring with consumer groups.
+RING_GROUPS = "ring_groups"
+#: What the fragments written once per consumer group are named after (ring_groups.sql).
+EACH_GROUP = "_each_"
 
 
 @cache
@@ -238,7 +243,10 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     constants = sql_constants()
     return {
         **constants,
-        "ring": q(spec.table),
+        # A consumer group's statements run on its state table (its row of every slot), and
+        # read the payload from the slot table (see ring_group_context).
+        "ring": q(spec.state_table),
+        "slots": q(spec.table),
         "failed": q(spec.failed_table),
         # Sequence names as text for nextval() (PostgreSQL) and as relations to read.
         "push_seq": f"'{q(spec.push_seq)}'",
@@ -273,6 +281,7 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         "f_columns": "".join(f", f.{n}" for n in names),
         "m_columns": "".join(f", m.{n}" for n in names),
         "k_columns": "".join(f", k.{n}" for n in names),
+        "d_columns": "".join(f", d.{n}" for n in names),
         "u_payload": "".join(f", u.{n}" for n in names),
         "null_payload": ", NULL" * len(names),
         # Compaction: the payload of a slot that holds a message, NULL in an empty one.
@@ -284,7 +293,90 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         "t_payload": "".join(f", {dialect.payload_select('t', f)}" for f in fields),
         # RETURNING on SQLite cannot see a table alias: the table's own name.
         "ring_payload": "".join(f", {dialect.payload_select(q(spec.table), f)}" for f in fields),
+        **ring_group_context(spec, dialect),
     }
+
+
+def ring_group_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
+    """Where a ring statement reads a message's payload: in the slot row ``t`` itself, or for
+    a consumer group, whose statements run on its state table (``{ring}``), in the slot table
+    ``d`` joined by slot (a group's row holds a message only while the slot holds its payload:
+    a push writes both, and writes the slot again only once every group has settled it).
+
+    - ``from_slots``/``and_slots``: the join of a pop's UPDATE (PostgreSQL);
+    - ``join_slots``: the join of a SELECT of rows ``t``, and ``d_payload`` the payload it adds
+      next to ``t.*`` (PostgreSQL), or ``slot_columns`` the payload it selects (SQLite);
+    - ``t_payload``: the payload a pop returns (PostgreSQL), ``popped_payload`` (SQLite, whose
+      RETURNING sees only the table it updates: a sub-select per column)."""
+    q = dialect.quote
+    fields = spec.fields
+    ring, slots = q(spec.state_table), q(spec.table)
+    if spec.group is None or spec.options.capacity is None:
+        return {
+            "group_count": str(len(spec.options.groups)),
+            "from_slots": "",
+            "and_slots": "",
+            "join_slots": "",
+            "d_payload": "",
+            "slot_columns": "".join(f", t.{q(f.name)}" for f in fields),
+            "popped_payload": "".join(f", {dialect.payload_select(ring, f)}" for f in fields),
+        }
+    return {
+        "group_count": str(len(spec.options.groups)),
+        "from_slots": f" FROM {slots} AS d",
+        "and_slots": " AND d.slot = t.slot",
+        "join_slots": f" JOIN {slots} AS d ON d.slot = t.slot",
+        "d_payload": "".join(f", d.{q(f.name)}" for f in fields),
+        "slot_columns": "".join(f", d.{q(f.name)}" for f in fields),
+        "t_payload": "".join(f", {dialect.payload_select('d', f)}" for f in fields),
+        "popped_payload": "".join(
+            f", (SELECT {dialect.payload_select('d', f)} FROM {slots} AS d "
+            f"WHERE d.slot = {ring}.slot)"
+            for f in fields
+        ),
+    }
+
+
+def each_group(
+    spec: QueueSpec,
+    dialect: Dialect,
+    text: str,
+    context: Mapping[str, str],
+    *,
+    locked: bool = False,
+) -> str:
+    """A fragment written once per consumer group of the queue (``_each_*`` blocks of
+    ring_groups.sql), each time with that group's identifiers (``{g}``, ``{g_side}``...,
+    listed in postgresql/ring_groups.sql's header); ``locked``: with SKIP LOCKED where the
+    fragment locks rows (``{skip}``)."""
+    from dbqueue.ring.states import SlotState
+
+    q = dialect.quote
+    written = []
+    for i, group in enumerate(spec.group_specs):
+        first = i == 0
+        # A return goes to the group whose side table it comes from, or from the queue's
+        # own (messages spilled before any group got them) to every group.
+        receives = spec.group in (None, group.group)
+        written.append(
+            text.format(
+                **context,
+                i=i,
+                g_name=f"'{group.group}'",
+                g=q(group.state_table),
+                g_side=q(group.failed_table),
+                g_pop_rel=q(group.pop_seq),
+                g_return=int(SlotState.READY if receives else SlotState.EMPTY),
+                g_union="" if first else "UNION ALL",
+                g_intersect="" if first else "INTERSECT",
+                g_plus="" if first else "+",
+                skip=" SKIP LOCKED" if locked else "",
+            )
+        )
+    # A fragment that is statements (SQLite's, which has no data-modifying CTEs) is written as
+    # one statement per group, `;` at a line's end between them (where a block splits).
+    statements = text.lstrip().startswith(("INSERT", "UPDATE", "DELETE"))
+    return (";\n" if statements else "\n").join(written)
 
 
 def render(
@@ -299,12 +391,17 @@ def render(
     context.update(extra or {})
     raw = fragments(dialect.name, file)
     statements = load(dialect.name, file)
-    if file == "split" and spec.options.groups:
-        # A queue with consumer groups: split_groups.sql's statements replace split.sql's.
-        raw.update(fragments(dialect.name, GROUPS))
-        statements.update(load(dialect.name, GROUPS))
+    overlay = {"split": GROUPS, "ring": RING_GROUPS}.get(file)
+    if overlay and spec.options.groups:
+        # A queue with consumer groups: the overlay's statements replace the layout's.
+        raw.update(fragments(dialect.name, overlay))
+        statements.update(load(dialect.name, overlay))
     for name, text in {**fragments(dialect.name, COMMON), **raw}.items():
-        context[name] = text.format(**context)
+        if name.startswith(EACH_GROUP):
+            context[name] = each_group(spec, dialect, text, context)
+            context[f"{name}_locked"] = each_group(spec, dialect, text, context, locked=True)
+        else:
+            context[name] = text.format(**context)
     unique = spec.options.is_unique
     return {
         # Split again once rendered: a fragment (SQLite's fan_out) may hold several statements.

@@ -273,7 +273,6 @@ def test_a_queue_without_groups_has_none_to_give() -> None:
         ({"groups": ("a-b",)}, "not a valid identifier"),
         ({"groups": (1,)}, "tuple of group names"),
         ({"groups": tuple(f"g{i}" for i in range(MAX_GROUPS + 1))}, f"at most {MAX_GROUPS}"),
-        ({"groups": ("email",), "capacity": 8}, "built on split queues"),
         ({"groups": ("email",), "unique": ("n",)}, "cannot be combined"),
         ({"groups": ("email",), "unique_scope": "queued"}, "cannot be combined"),
     ],
@@ -310,14 +309,14 @@ def test_a_declaration_passes_groups_through() -> None:
         {"groups": ("email",)}, label="Orders", ring=False, aware_datetimes=True, ring_hint=""
     )
     assert options.groups == ("email",)
-    with pytest.raises(InvalidSpec, match="Orders: groups: consumer groups are built"):
-        options_from(
-            {"groups": ("email",), "capacity": 4},
-            label="Orders",
-            ring=True,
-            aware_datetimes=True,
-            ring_hint="",
-        )
+    ring = options_from(
+        {"groups": ("email",), "capacity": 4},
+        label="Orders",
+        ring=True,
+        aware_datetimes=True,
+        ring_hint="",
+    )
+    assert ring.groups == ("email",)
 
 
 # -- groups removing their rows of one item at the same moment (PostgreSQL) ----------------

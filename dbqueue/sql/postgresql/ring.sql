@@ -265,8 +265,8 @@ state = {slot_empty}, attempts = t.attempts + 1, lease_until = NULL
 
 -- ring_pop_leased --
 WITH {_claims}, u AS (
-    UPDATE {ring} AS t SET {_lease} WHERE {_claimed}
-      AND {_relaxed}
+    UPDATE {ring} AS t SET {_lease}{from_slots} WHERE {_claimed}
+      AND {_relaxed}{and_slots}
     RETURNING {_popped}
 )
 {_taken}
@@ -274,8 +274,8 @@ WITH {_claims}, u AS (
 
 -- ring_pop_leased_held --
 WITH {_claims_held}, u AS (
-    UPDATE {ring} AS t SET {_lease} WHERE {_claimed_first}
-      AND {_relaxed}
+    UPDATE {ring} AS t SET {_lease}{from_slots} WHERE {_claimed_first}
+      AND {_relaxed}{and_slots}
     RETURNING {_popped}
 )
 {_taken}
@@ -283,14 +283,14 @@ WITH {_claims_held}, u AS (
 
 -- ring_pop_remove --
 WITH {_claims}, u AS (
-    UPDATE {ring} AS t SET {_remove} WHERE {_claimed} RETURNING {_popped}
+    UPDATE {ring} AS t SET {_remove}{from_slots} WHERE {_claimed}{and_slots} RETURNING {_popped}
 )
 {_taken}
 {_missed};
 
 -- ring_pop_remove_held --
 WITH {_claims_held}, u AS (
-    UPDATE {ring} AS t SET {_remove} WHERE {_claimed_first} RETURNING {_popped}
+    UPDATE {ring} AS t SET {_remove}{from_slots} WHERE {_claimed_first}{and_slots} RETURNING {_popped}
 )
 {_taken}
 {_missed_slots};
@@ -379,7 +379,7 @@ FROM (SELECT 1) AS one LEFT JOIN rows ON true
 -- leased under its token; the caller acks the rest in the side table), lease the next. The
 -- ack touches leased slots, the pop ready ones: never the same row.
 WITH {_tokens}, {_acked}, {_claims}, u AS (
-    UPDATE {ring} AS t SET {_lease} WHERE {_claimed} RETURNING {_popped}
+    UPDATE {ring} AS t SET {_lease}{from_slots} WHERE {_claimed}{and_slots} RETURNING {_popped}
 ), rows AS (
     {_taken}
     {_missed}
@@ -388,7 +388,7 @@ WITH {_tokens}, {_acked}, {_claims}, u AS (
 
 -- ring_ack_pop_held --
 WITH {_tokens}, {_acked}, {_claims_held}, u AS (
-    UPDATE {ring} AS t SET {_lease} WHERE {_claimed_first} RETURNING {_popped}
+    UPDATE {ring} AS t SET {_lease}{from_slots} WHERE {_claimed_first}{and_slots} RETURNING {_popped}
 ), rows AS (
     {_taken}
     {_missed_slots}
@@ -405,7 +405,8 @@ WITH tok AS (
                          (SELECT %(delays)b::interval[]), (SELECT %(errors)b::text[]))
         AS k(id, attempts, delay, error)
 ), mine AS (
-    SELECT t.*, tok.delay, tok.error AS new_error FROM {ring} AS t JOIN tok ON true
+    SELECT t.*{d_payload}, tok.delay, tok.error AS new_error
+    FROM {ring} AS t{join_slots} JOIN tok ON true
     WHERE {_in_slot}
     ORDER BY t.slot
     FOR UPDATE OF t
@@ -447,7 +448,7 @@ SELECT id AS number, state FROM moved UNION ALL SELECT id, state FROM side;
 -- pushed again at the tail: the side table, ready and due now (the caller then returns them).
 -- A message a pusher had moved aside is made ready there.
 WITH {_tokens}, mine AS (
-    SELECT t.* FROM {ring} AS t JOIN tok ON true
+    SELECT t.*{d_payload} FROM {ring} AS t{join_slots} JOIN tok ON true
     WHERE {_in_slot}
     ORDER BY t.slot
     FOR UPDATE OF t
@@ -527,14 +528,14 @@ lock AS (
 -- popper claimed long ago but never took (it died, or rolled a transactional pop back): ready.
 -- ring_return then pushes the ready ones again at the tail.
 WITH {_sweep_lock}, v AS (
-    SELECT t.* FROM {ring} AS t
+    SELECT t.*{d_payload} FROM {ring} AS t{join_slots}
     WHERE (SELECT got FROM lock) AND (
         (t.state = {slot_leased} AND t.lease_until < statement_timestamp())
         OR (t.state = {slot_ready} AND t.seq < {_pop_next}
             AND t.pushed_at < statement_timestamp() - %(stranded_after)s::interval))
     ORDER BY t.seq
     LIMIT %(n)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
 ), moved AS (
     INSERT INTO {failed} (id, state, attempts, pushed_at, failed_at, run_at, lease_until,
                           last_error{columns})

@@ -68,7 +68,7 @@ UPDATE {ring}
 SET state = {slot_leased}, attempts = attempts + 1, lease_until = :lease_until
 WHERE slot IN ({_unpopped})
 RETURNING seq AS number, 1 AS taken, NULL AS slot_seq, NULL AS slot_state, attempts, pushed_at,
-          lease_until, last_error{ring_payload};
+          lease_until, last_error{popped_payload};
 {_advance_pop};
 
 -- ring_pop_remove --
@@ -76,7 +76,7 @@ UPDATE {ring}
 SET state = {slot_empty}, attempts = attempts + 1, lease_until = NULL
 WHERE slot IN ({_unpopped})
 RETURNING seq AS number, 1 AS taken, NULL AS slot_seq, NULL AS slot_state, attempts, pushed_at,
-          NULL AS lease_until, last_error{ring_payload};
+          NULL AS lease_until, last_error{popped_payload};
 {_advance_pop};
 
 -- _tokens --
@@ -119,8 +119,8 @@ INSERT INTO {failed} (id, state, attempts, pushed_at, failed_at, run_at, lease_u
 SELECT t.seq,
        CASE WHEN t.attempts >= :max_attempts THEN {side_failed} ELSE {side_ready} END,
        t.attempts, t.pushed_at, :now,
-       CASE WHEN t.attempts < :max_attempts THEN tok.until END, NULL, tok.error{t_columns}
-FROM {ring} AS t JOIN tok ON t.slot = tok.id % :capacity
+       CASE WHEN t.attempts < :max_attempts THEN tok.until END, NULL, tok.error{slot_columns}
+FROM {ring} AS t{join_slots} JOIN tok ON t.slot = tok.id % :capacity
 WHERE t.slot IN ({_in_slot}) AND t.seq = tok.id
 RETURNING id AS number, state;
 UPDATE {ring} SET state = {slot_empty}, lease_until = NULL
@@ -144,8 +144,9 @@ RETURNING id AS number, state;
 WITH {_tokens}
 INSERT INTO {failed} (id, state, attempts, pushed_at, failed_at, run_at, lease_until,
                       last_error{columns})
-SELECT t.seq, {side_ready}, t.attempts - 1, t.pushed_at, :now, :now, NULL, t.last_error{t_columns}
-FROM {ring} AS t JOIN tok ON t.slot = tok.id % :capacity
+SELECT t.seq, {side_ready}, t.attempts - 1, t.pushed_at, :now, :now, NULL,
+       t.last_error{slot_columns}
+FROM {ring} AS t{join_slots} JOIN tok ON t.slot = tok.id % :capacity
 WHERE t.slot IN ({_in_slot}) AND t.seq = tok.id
 RETURNING id AS number;
 UPDATE {ring} SET state = {slot_empty}, lease_until = NULL
@@ -183,12 +184,12 @@ WHERE tok.id NOT IN (SELECT seq FROM {ring} WHERE slot IN ({_in_slot}))
 -- attempt.
 INSERT INTO {failed} (id, state, attempts, pushed_at, failed_at, run_at, lease_until,
                       last_error{columns})
-SELECT seq, CASE WHEN attempts >= :max_attempts THEN {side_failed} ELSE {side_ready} END,
-       attempts, pushed_at, :now, CASE WHEN attempts < :max_attempts THEN :now END, NULL,
-       :error{columns}
-FROM {ring}
-WHERE state = {slot_leased} AND lease_until < :now
-ORDER BY seq
+SELECT t.seq, CASE WHEN t.attempts >= :max_attempts THEN {side_failed} ELSE {side_ready} END,
+       t.attempts, t.pushed_at, :now, CASE WHEN t.attempts < :max_attempts THEN :now END, NULL,
+       :error{slot_columns}
+FROM {ring} AS t{join_slots}
+WHERE t.state = {slot_leased} AND t.lease_until < :now
+ORDER BY t.seq
 LIMIT :n
 RETURNING id AS number, state;
 UPDATE {ring} SET state = {slot_empty}, lease_until = NULL
