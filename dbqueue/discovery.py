@@ -5,8 +5,9 @@ declares it.
 A table ``T`` is a split queue when ``T_meta`` exists beside it with the meta columns (and
 ``T`` has the data table's), or, for a queue with consumer groups, when ``T_meta_<group>``
 tables exist beside it with a group's meta columns; and a ring when ``T`` has the slot columns
-and ``T_failed`` exists beside it with the side table's. Anything else in the database is left
-alone.
+and ``T_failed`` exists beside it with the side table's (with consumer groups, each group's
+``T_ring_<group>`` with the slot columns and ``T_side_<group>`` with the side table's). Anything
+else in the database is left alone.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from dbqueue.schema import (
     RING_BASE_COLUMNS,
     SPLIT_BASE_COLUMNS,
 )
-from dbqueue.spec import GROUP_META_INFIX, IDENTIFIER, QueueSpec
+from dbqueue.spec import (
+    GROUP_META_INFIX,
+    GROUP_SIDE_INFIX,
+    GROUP_STATE_INFIX,
+    IDENTIFIER,
+    QueueSpec,
+)
 
 SPLIT, RING = "split", "ring"
 
@@ -67,18 +74,25 @@ def layout_of(table: str, columns: Mapping[str, Collection[str]]) -> str | None:
 
 def groups_of(table: str, columns: Mapping[str, Collection[str]]) -> tuple[str, ...]:
     """The consumer groups of the queue whose table is ``table``: the ``<group>`` of each
-    ``<table>_meta_<group>`` among ``columns``' tables that has a group's meta columns, sorted
-    (the database does not keep the declaration's order)."""
-    prefix = f"{table}{GROUP_META_INFIX}"
-    return tuple(
-        sorted(
+    ``<table>_meta_<group>`` among ``columns``' tables that has a group's meta columns (a split
+    queue's), or of each ``<table>_ring_<group>`` with the slot columns whose
+    ``<table>_side_<group>`` has the side table's (a ring's), sorted (the database does not
+    keep the declaration's order)."""
+
+    def named(infix: str, wanted: frozenset[str]) -> set[str]:
+        prefix = f"{table}{infix}"
+        return {
             name[len(prefix) :]
             for name, cols in columns.items()
             if name.startswith(prefix)
             and IDENTIFIER.fullmatch(name[len(prefix) :])
-            and set(cols) >= GROUP_META_COLUMNS
-        )
+            and set(cols) >= wanted
+        }
+
+    ring = named(GROUP_STATE_INFIX, RING_BASE_COLUMNS) & named(
+        GROUP_SIDE_INFIX, FAILED_BASE_COLUMNS
     )
+    return tuple(sorted(named(GROUP_META_INFIX, GROUP_META_COLUMNS) | ring))
 
 
 def candidates(names: Collection[str]) -> list[str]:
@@ -96,7 +110,9 @@ def candidates(names: Collection[str]) -> list[str]:
 def related_tables(table: str, names: Collection[str]) -> list[str]:
     """The tables among ``names`` that :func:`layout_of` looks at for ``table``: the table, its
     meta, side and consumer groups' tables."""
-    prefix = f"{table}{GROUP_META_INFIX}"
+    prefixes = tuple(f"{table}{i}" for i in (GROUP_META_INFIX, GROUP_STATE_INFIX, GROUP_SIDE_INFIX))
     return sorted(
-        n for n in names if n in (table, f"{table}_meta", f"{table}_failed") or n.startswith(prefix)
+        n
+        for n in names
+        if n in (table, f"{table}_meta", f"{table}_failed") or n.startswith(prefixes)
     )

@@ -385,9 +385,7 @@ class GroupFront[M](FrontQueue[M]):
 
 
 def _group_core(core: AnyQueue, name: str) -> AnyQueue:
-    """Consumer group ``name`` of ``core`` (only a split queue has groups: a ring's spec
-    refuses them, so no ring front reaches here)."""
-    assert isinstance(core, SplitQueue)
+    """Consumer group ``name`` of ``core``."""
     return core.group(name)
 
 

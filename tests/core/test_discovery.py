@@ -77,3 +77,21 @@ def test_a_queue_with_consumer_groups_is_found_by_its_groups_tables() -> None:
     # Group tables without the data table are not a queue.
     del columns["orders"]
     assert layout_of("orders", columns) is None
+
+
+def test_a_ring_with_consumer_groups_is_found_with_its_groups() -> None:
+    columns = {
+        **RING_TABLES,
+        "ticks_ring_email": list(RING_BASE_COLUMNS),
+        "ticks_side_email": list(FAILED_BASE_COLUMNS),
+        "ticks_ring_audit": list(RING_BASE_COLUMNS),
+        "ticks_side_audit": list(FAILED_BASE_COLUMNS),
+        "ticks_ring_lonely": list(RING_BASE_COLUMNS),  # no side table: not a group's
+    }
+    assert candidates(columns) == ["ticks"]
+    assert layout_of("ticks", columns) == RING
+    assert groups_of("ticks", columns) == ("audit", "email")
+    assert related_tables("ticks", [*columns, "ticksx"]) == [
+        "ticks", "ticks_failed", "ticks_ring_audit", "ticks_ring_email", "ticks_ring_lonely",
+        "ticks_side_audit", "ticks_side_email",
+    ]  # fmt: skip
