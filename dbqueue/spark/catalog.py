@@ -18,7 +18,15 @@ from dbqueue.dialects.postgresql import COLUMN_TYPES, PostgreSQL
 from dbqueue.discovery import RING, FoundQueue, groups_of, layout_of
 from dbqueue.errors import InvalidSpec, QueueTableMissing, UnsupportedOperation
 from dbqueue.schema import FAILED_BASE_COLUMNS, SPLIT_BASE_COLUMNS
-from dbqueue.spec import GROUP_META_INFIX, Field, FieldKind, QueueOptions, QueueSpec
+from dbqueue.spec import (
+    GROUP_META_INFIX,
+    GROUP_SIDE_INFIX,
+    GROUP_STATE_INFIX,
+    Field,
+    FieldKind,
+    QueueOptions,
+    QueueSpec,
+)
 from dbqueue.sql import Statement, render
 
 DIALECT = PostgreSQL()
@@ -93,8 +101,10 @@ def load_queue(
     names = [bare.table, bare.meta_table, bare.failed_table]
     found = [row[0] for row in run(conn, stmts["spark_tables"], {"names": names})]
     if bare.meta_table not in found:
-        prefix = f"{table}{GROUP_META_INFIX}"
-        found += [row[0] for row in run(conn, stmts["spark_group_tables"], {"prefix": prefix})]
+        # Consumer groups' tables: a split queue's meta tables, a ring's state and side tables.
+        for infix in (GROUP_META_INFIX, GROUP_STATE_INFIX, GROUP_SIDE_INFIX):
+            prefix = {"prefix": f"{table}{infix}"}
+            found += [row[0] for row in run(conn, stmts["spark_group_tables"], prefix)]
     columns = {name: run(conn, stmts["spark_columns"], {"table": name}) for name in found}
     names_of = {name: [c[0] for c in cols] for name, cols in columns.items()}
     layout = layout_of(table, names_of)

@@ -135,10 +135,11 @@ def test_missing_tables_and_bad_names_are_refused(
         load_queue(spark_conn, 'q"; DROP TABLE x; --')
 
 
+@pytest.mark.parametrize("capacity", [None, 8], ids=["split", "ring"])
 def test_a_queue_with_consumer_groups_is_refused_by_name(
-    spark_conn: Conn, queues: list[QueueSpec], table_name: str
+    spark_conn: Conn, queues: list[QueueSpec], table_name: str, capacity: int | None
 ) -> None:
-    options = QueueOptions(groups=("email", "search"))
+    options = QueueOptions(groups=("email", "search"), capacity=capacity)
     make(spark_conn, queues, QueueSpec(table_name, (Field("n", FieldKind.BIGINT),), options))
     with pytest.raises(UnsupportedOperation, match=r"consumer groups \(email, search\)"):
         load_queue(spark_conn, table_name)

@@ -9,8 +9,9 @@ SELECT name FROM unnest(%(names)s::text[]) AS name
 WHERE to_regclass(quote_ident(name)) IS NOT NULL;
 
 -- spark_group_tables --
--- The tables whose names start with %(prefix)s (a queue's consumer groups' meta tables are
--- <table>_meta_<group>), on the search path.
+-- The tables whose names start with %(prefix)s (a queue's consumer groups' tables are
+-- <table>_meta_<group>, or a ring's <table>_ring_<group> and <table>_side_<group>), on the
+-- search path.
 SELECT c.relname FROM pg_class AS c
 WHERE c.relkind IN ('r', 'p') AND pg_table_is_visible(c.oid) AND starts_with(c.relname, %(prefix)s);
 
