@@ -137,9 +137,12 @@ def compact(
         before = size(queue, ex)
     plan = queue.compaction_plan(ex, MAX_ROWS)
     if not plan:
-        return CompactResult(
-            False, before, before, skipped=f"more than {MAX_ROWS} rows to copy under the lock"
+        why = (
+            "a ring with consumer groups is not compacted"
+            if queue.spec.options.groups and queue.spec.options.capacity is not None
+            else f"more than {MAX_ROWS} rows to copy under the lock"
         )
+        return CompactResult(False, before, before, skipped=why)
     ms = max(1, round(lock_timeout.total_seconds() * 1000))
     claim = {"lock_timeout": f"{ms}ms", "compact_key": advisory_key(f"dbqueue-compact:{table}")}
     longest = 0.0

@@ -317,6 +317,9 @@ def test_the_queue_pushes_and_its_groups_pop(bed: Bed) -> None:
         bed.group("email").push_many(bed.ex, [{"n": 1}])
     assert bed.group("email").pushing_queue() is bed.queue
     assert bed.queue.compaction_plan(bed.ex, 10_000) == []
+    if bed.backend == "postgresql":
+        skipped = bed.group("email").compact(bed.ex).skipped
+        assert skipped == "a ring with consumer groups is not compacted"
 
 
 # -- concurrency (PostgreSQL) ------------------------------------------------------------------
