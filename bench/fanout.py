@@ -8,7 +8,10 @@ the library as an application drives it, in one run on the bench's embedded Post
   row per group; dbqueue.split);
 * ``split copies``: what users do without fan-out: three split queues, each message pushed
   into all three in one transaction;
-* ``ring copies``: the same with three rings (dbqueue.ring, 4,096 slots each).
+* ``ring copies``: the same with three rings (dbqueue.ring, 4,096 slots each);
+* ``ring groups``: one ring of 4,096 slots with ``QueueOptions.groups`` (the payload written
+  once into its slot, a narrow state row per slot and group; dbqueue.ring, "Consumer
+  groups").
 
 Each system runs in a database of its own, for ``--seconds``: one pusher process (single
 pushes, each its own transaction) and one consumer process per group (``ack_pop`` of up to 10
@@ -96,15 +99,20 @@ def _ring_copies() -> list[SplitQueue | RingQueue]:
     return [RingQueue(QueueSpec(f"fan_ring_{g}", FIELDS, options), POSTGRESQL) for g in GROUPS]
 
 
+def _ring_grouped() -> list[SplitQueue | RingQueue]:
+    options = QueueOptions(capacity=CAPACITY, when_full="wait", groups=GROUPS, **OPTIONS)  # type: ignore[arg-type]
+    return [RingQueue(QueueSpec("fan_ring_groups", FIELDS, options), POSTGRESQL)]
+
+
 def _groups_of(queues: list[SplitQueue | RingQueue]) -> list[SplitQueue | RingQueue]:
     (queue,) = queues
-    assert isinstance(queue, SplitQueue)
     return [queue.group(g) for g in GROUPS]
 
 
 SYSTEMS = (
     System("groups", "one queue, 3 consumer groups", _grouped, _groups_of),
     System("split-copies", "3 split queues, 3 copies per push", _split_copies, list),
+    System("ring-groups", "one ring, 3 consumer groups", _ring_grouped, _groups_of),
     System("ring-copies", "3 rings, 3 copies per push", _ring_copies, list),
 )
 BY_KEY = {s.key: s for s in SYSTEMS}
@@ -288,8 +296,15 @@ def measure(env: bench_env.BenchEnv, seconds: float, repeat: int) -> dict[str, A
 
 
 def markdown(meta: dict[str, Any], results: dict[str, Any]) -> str:
-    """The report: each system's medians and their ratio to the split copies'."""
-    base = results["split-copies"]["median"]
+    """The report: each system's medians and their ratio to the copies of its layout."""
+    bases = {
+        key: results[copies]["median"]
+        for key, copies in (
+            ("groups", "split-copies"), ("split-copies", "split-copies"),
+            ("ring-groups", "ring-copies"), ("ring-copies", "ring-copies"),
+        )
+        if key in results and copies in results
+    }  # fmt: skip
     lines = [
         "# Fan-out: 3 consumer groups against 3 copies (issue 22 §1)",
         "",
@@ -300,12 +315,12 @@ def markdown(meta: dict[str, Any], results: dict[str, Any]) -> str:
         f"{BATCH}), payload {len(PAYLOAD)} bytes.",
         "",
         "| system | pushes/s | slowest group msg/s | WAL B/push | backlog B/message "
-        "| tables end | tables peak | dead tuples | pushes vs split copies "
-        "| WAL vs split copies |",
+        "| tables end | tables peak | dead tuples | pushes vs copies "
+        "| WAL vs copies |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in results.values():
-        m = r["median"]
+    for key, r in results.items():
+        m, base = r["median"], bases[key]
         lines.append(
             f"| {r['label']} | {m['pushes_per_s']:,.0f} | {m['slowest_group_per_s']:,.0f} "
             f"| {m['wal_bytes_per_push']:,.0f} | {m['backlog_bytes_per_message']:,.0f} "
@@ -315,6 +330,9 @@ def markdown(meta: dict[str, Any], results: dict[str, Any]) -> str:
             f"| {m['wal_bytes_per_push'] / base['wal_bytes_per_push']:.2f}x |"
         )
     lines += [
+        "",
+        "Copies: 3 queues of the same layout, each message pushed into all three in one "
+        "transaction (split groups against split copies, ring groups against ring copies).",
         "",
         f"Backlog B/message: what {BACKLOG:,} messages no group has consumed yet add to the "
         "tables (a ring's slots are preallocated: its tables do not grow, their "
