@@ -18,6 +18,12 @@ prototyped as plain SQL (nothing under dbqueue/ changes), against what users do 
   slot, its state, lease and attempts. A group's pop and ack write its own row only; a pusher
   reuses the slot when every group's row says "took the number the slot holds and settled
   it" (the push reads G rows by primary key).
+* ``group-rows-pushed`` (C', beside C): C's tables, but a state row has three states (0
+  empty, 1 ready, 2 leased) and ``pushed_at``, and the push writes them: in one statement it
+  locks the slot's G state rows that settled p - C and, only when it got all G, sets each to
+  (p, ready) and writes the payload. A group's pop (ready to leased) and ack (leased to
+  empty) are then the ring's own statements on its state rows, joined to the payload; the
+  cost is G more row writes (and G row locks) per push.
 * ``ring-min x3``: one ring per group (dbqueue's ring tables), the three copies pushed in one
   transaction, popped and acked by the same minimal statements as the prototypes: the
   like-for-like baseline of "a ring per group".
@@ -372,6 +378,83 @@ def group_rows(capacity: int) -> System:
                   resume=f"SELECT {resume_one('fc_ring', 'fc_push', 'rp', capacity)}")  # fmt: skip
 
 
+def group_rows_pushed(capacity: int) -> System:
+    """C': C's tables, but the push also marks every group's state row of the slot ready
+    (0 empty, 1 ready, 2 leased), so a group's pop and ack are the ring's own statements on
+    its state rows; the push locks and writes the slot's G state rows besides the payload."""
+    setup = [
+        f"""CREATE TABLE fp_ring (slot integer PRIMARY KEY, seq bigint NOT NULL,
+            pushed_at timestamptz, payload text) WITH ({RING_STORAGE % capacity})""",
+        f"""INSERT INTO fp_ring (slot, seq, payload) SELECT s, s - {capacity}, repeat('.', 32)
+            FROM generate_series(0, {capacity - 1}) AS s""",
+        f"""CREATE TABLE fp_state (slot integer NOT NULL, grp smallint NOT NULL,
+            seq bigint NOT NULL, state smallint NOT NULL DEFAULT 0,
+            attempts smallint NOT NULL DEFAULT 0, lease_until timestamptz,
+            pushed_at timestamptz, PRIMARY KEY (slot, grp))
+            WITH ({(RING_STORAGE % (capacity * G)).replace("fillfactor = 10", "fillfactor = 50")})""",  # noqa: E501
+        f"""INSERT INTO fp_state (slot, grp, seq) SELECT s, g, s - {capacity}
+            FROM generate_series(0, {capacity - 1}) AS s, generate_series(0, {G - 1}) AS g
+            ORDER BY s, g""",
+        "CREATE SEQUENCE fp_push AS bigint MINVALUE 0 START 0",
+        *(f"CREATE SEQUENCE fp_pop_{g} AS bigint MINVALUE 0 START 0" for g in range(G)),
+        "ANALYZE fp_ring",
+        "ANALYZE fp_state",
+    ]
+    # k locks the slot's state rows that settled p - C; the slot's G rows and its payload are
+    # written only when all G were locked (n = G), so the push lands whole or not at all.
+    push = f"""
+        WITH r AS (SELECT COALESCE(NULLIF(:rp::bigint, -1), nextval('fp_push')) AS p),
+        k AS (SELECT s.slot, s.grp FROM fp_state AS s, r WHERE s.slot = mod(r.p, {capacity})
+              AND s.seq = r.p - {capacity} AND s.state = 0 FOR UPDATE OF s),
+        n AS (SELECT count(*) AS n FROM k),
+        w AS (UPDATE fp_state AS s SET seq = r.p, state = 1, attempts = 0, lease_until = NULL,
+              pushed_at = statement_timestamp() FROM r, n
+              WHERE n.n = {G} AND s.slot = mod(r.p, {capacity}) AND s.seq = r.p - {capacity}
+              AND s.state = 0 RETURNING s.grp),
+        u AS (UPDATE fp_ring AS t SET seq = r.p, pushed_at = statement_timestamp(),
+              payload = {PAYLOAD} FROM r, n
+              WHERE n.n = {G} AND t.slot = mod(r.p, {capacity}) AND t.seq = r.p - {capacity}
+              RETURNING t.seq)
+        SELECT CASE WHEN EXISTS (SELECT 1 FROM u) THEN -1 ELSE (SELECT p FROM r) END AS rp
+    """
+    pops = []
+    for g in range(G):
+        nxt = next_of(f"fp_pop_{g}")
+        pop = f"""
+            WITH c AS (SELECT nextval('fp_pop_{g}') AS q WHERE EXISTS (
+                SELECT 1 FROM fp_state AS s WHERE s.slot = mod({nxt}, {capacity})
+                AND s.grp = {g} AND s.seq = {nxt} AND s.state = 1)),
+            u AS (UPDATE fp_state AS st SET state = 2, attempts = st.attempts + 1,
+                  lease_until = statement_timestamp() + {LEASE}
+                  FROM c WHERE st.slot = mod(c.q, {capacity}) AND st.grp = {g}
+                  AND st.seq = c.q AND st.state = 1
+                  RETURNING st.seq, st.attempts),
+            v AS (SELECT u.seq, u.attempts AS att, t.payload FROM u JOIN fp_ring AS t
+                  ON t.slot = mod(u.seq, {capacity}) AND t.seq = u.seq)
+            {taken("v")}
+        """
+        ack = f"""UPDATE fp_state SET state = 0, lease_until = NULL
+                  WHERE slot = mod(:id::bigint, {capacity}) AND grp = {g}
+                  AND seq = :id::bigint AND state = 2 AND attempts = :att::smallint"""
+        pops.append(consumer(pop, ack))
+    positions = f"""
+        SELECT {next_of("fp_push")} AS pushed,
+        ARRAY[{", ".join(f"(SELECT count(*) FROM fp_state WHERE grp = {g} AND state = 2)" for g in range(G))}] AS open,
+        ARRAY[{", ".join(next_of(f"fp_pop_{g}") for g in range(G))}] AS next
+    """  # noqa: E501
+    # A blocked push changed none of the slot's rows: they all hold p - C, and the groups
+    # whose row has not settled it hold the slot.
+    p = f"({next_of('fp_push')} - 1)"
+    blocking = f"""
+        SELECT string_agg(g.name, ', ' ORDER BY g.grp) FROM {NAMES} AS g(grp, name)
+        JOIN fp_state AS s ON s.grp = g.grp
+        WHERE s.slot = mod({p}, {capacity}) AND s.seq = {p} - {capacity} AND s.state <> 0
+    """
+    return System("group-rows-pushed", "C': push marks every group's row ready", setup,
+                  pusher(push), pops, positions, prototype=True, blocking=blocking,
+                  resume=f"SELECT {resume_one('fp_ring', 'fp_push', 'rp', capacity)}")  # fmt: skip
+
+
 # -- baselines: a copy per group -------------------------------------------------------------
 
 
@@ -516,7 +599,7 @@ def split_x3(capacity: int) -> System:
 
 
 BUILDERS: tuple[Callable[[int], System], ...] = (
-    refcount, low_water, group_rows, ring_min, ring_x3, split_x3,
+    refcount, low_water, group_rows, group_rows_pushed, ring_min, ring_x3, split_x3,
 )  # fmt: skip
 
 
