@@ -255,31 +255,38 @@ def group_ring_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
     messages already in the ring), its side table, and its pop counter, started at the push
     counter. Adding a group to a ring is running these; the group receives the messages
     pushed from then on."""
-    q = dialect.quote
-    state, slots = q(spec.state_table), q(spec.table)
-    pop, push = q(spec.pop_seq), q(spec.push_seq)
-    statements = [
+    return [
         slot_table_statement(spec, dialect, ""),
         side_table_statement(spec, dialect),
         waiting_index_statement(spec, dialect),
+        *group_ring_fill_statements(spec, dialect),
     ]
+
+
+def group_ring_fill_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
+    """What follows the creation of a ring group's tables (see :func:`group_ring_statements`):
+    the state table's storage parameters (PostgreSQL) or index on ``seq`` (SQLite, whose
+    pops scan it), the group's pop counter, and its state rows."""
+    q = dialect.quote
+    state, slots = q(spec.state_table), q(spec.table)
+    pop, push = q(spec.pop_seq), q(spec.push_seq)
+    rows = f"INSERT INTO {state} (slot, seq) SELECT slot, seq FROM {slots}"
     if not dialect.supports_storage_parameters:
         return [
-            *statements,
             f"CREATE TABLE {pop} (value integer NOT NULL)",
             f"INSERT INTO {pop} (value) SELECT value FROM {push}",
-            f"INSERT INTO {state} (slot, seq) SELECT slot, seq FROM {slots}",
+            rows,
             f"CREATE INDEX {q(spec.index_name('seq'))} ON {state} (seq)",
         ]
     storage = ring_storage_parameters(spec, dialect, plain=True)
     storage[0][1]["fillfactor"] = str(GROUP_STATE_FILLFACTOR)
     return [
-        *statements,
+        # Before the rows: each page keeps its free space for the updates.
         *set_statements(storage, dialect),
         f"CREATE SEQUENCE {pop} AS bigint MINVALUE 0 START 0",
         f"SELECT setval('{pop}', (SELECT CASE WHEN is_called THEN last_value + 1 "
         f"ELSE last_value END FROM {push}), false)",
-        f"INSERT INTO {state} (slot, seq) SELECT slot, seq FROM {slots}",
+        rows,
         f"ANALYZE {state}",
     ]
 

@@ -84,7 +84,7 @@ WITH {_batch}{_fan_out_locked}
 -- _each_outcome --
 -- A fragment of ring_push_blocked: what group {i}'s row of the slot says of number p (the
 -- cases of ring.sql's ring_push_blocked, for that group: {push_wait} when the group has not
--- claimed the message it holds, which makes it `behind` numbers behind the pushers).
+-- claimed the message it holds: it is `behind` numbers behind p).
 {g_union} SELECT {i} AS i, {g_name} AS grp, t.slot, t.seq, t.state, CASE
         WHEN t.seq >= r.p THEN {push_renew}
         WHEN t.state = {slot_empty} THEN {push_write}
@@ -97,7 +97,7 @@ WITH {_batch}{_fan_out_locked}
         WHEN %(evict)s THEN {push_evict}
         ELSE {push_renew}
     END AS outcome,
-    {_push_next} - (
+    r.p - (
         SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM {g_pop_rel})
         AS behind
     FROM {g} AS t, r
