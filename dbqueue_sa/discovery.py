@@ -122,9 +122,15 @@ class FoundQueue(discovery.FoundQueue):
 def declared(classes: Iterable[type[Any]]) -> list[FoundQueue]:
     """The queues of mapped queue classes, by table name; a queue with consumer groups as one
     queue per group, named ``table[group]``."""
-    found = []
+    found: list[FoundQueue] = []
     for cls in classes:
-        if issubclass(cls, RingQueueMixin):
+        if issubclass(cls, RingQueueMixin) and cls.__queue_spec__.fans_out:
+            ring: QueueSpec = cls.__queue_spec__
+            found.extend(
+                FoundQueue(ring.for_group(g), state, cls.__queue_group_failed__[g], cls)
+                for g, state in cls.__queue_group_tables__.items()
+            )
+        elif issubclass(cls, RingQueueMixin):
             slots = sa.inspect(cls).local_table
             found.append(FoundQueue(cls.__queue_spec__, slots, cls.__queue_failed__, cls))
         elif cls.__queue_spec__.fans_out:  # each consumer group is a queue of its own here
@@ -167,7 +173,7 @@ def _discover(connection: sa.Connection) -> list[FoundQueue]:
             if layout == discovery.SPLIT:
                 found.extend(_split(metadata, columns, table, column_names))
             elif layout == discovery.RING:
-                found.append(_ring(connection, metadata, columns, table))
+                found.extend(_ring(connection, metadata, columns, table, column_names))
         except InvalidSpec as exc:
             # Not a name or a column set a queue could have: not one of ours.
             log.debug("table %r is not a queue: %s", table, exc)
@@ -222,8 +228,14 @@ def _split(
 
 
 def _ring(
-    connection: sa.Connection, metadata: sa.MetaData, columns: dict[str, Any], table: str
-) -> FoundQueue:
+    connection: sa.Connection,
+    metadata: sa.MetaData,
+    columns: dict[str, Any],
+    table: str,
+    column_names: dict[str, list[str]],
+) -> list[FoundQueue]:
+    """A ring; one with consumer groups as one queue per group, ``table[group]`` (its items in
+    the group's state and side tables)."""
     slots = _table(metadata, table, columns[table])
     failed = _table(metadata, f"{table}_failed", columns[f"{table}_failed"])
     capacity = connection.execute(sa.select(sa.func.count()).select_from(slots)).scalar_one()
@@ -232,8 +244,18 @@ def _ring(
     # The failed table's payload columns keep the declared nullability (the slots' are all
     # nullable: an empty slot holds no message).
     fields = _fields(failed, FAILED_BASE_COLUMNS)
-    spec = QueueSpec(table, fields, QueueOptions(capacity=capacity))
-    return FoundQueue(spec, slots, failed)
+    groups = discovery.groups_of(table, column_names)
+    spec = QueueSpec(table, fields, QueueOptions(capacity=capacity, groups=groups))
+    if not groups:
+        return [FoundQueue(spec, slots, failed)]
+    return [
+        FoundQueue(
+            g,
+            _table(metadata, g.state_table, columns[g.state_table]),
+            _table(metadata, g.failed_table, columns[g.failed_table]),
+        )
+        for g in spec.group_specs
+    ]
 
 
 # -- many items, in batches -----------------------------------------------------------------------

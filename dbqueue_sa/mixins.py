@@ -47,6 +47,7 @@ from dbqueue_sa.tables import (
     meta_table,
     now,
     ring_events,
+    ring_group_tables,
 )
 
 if TYPE_CHECKING:
@@ -192,6 +193,11 @@ class RingQueueMixin(_QueueBase):
 
     #: The generated failed table (``<table>_failed``), set when the class is mapped.
     __queue_failed__: ClassVar[sa.Table]
+    #: A ring with consumer groups (``__queue_options__ = {"groups": (...)}``): each group's
+    #: generated state table (``<table>_ring_<group>``) and side table
+    #: (``<table>_side_<group>``), by group name, set when the class is mapped.
+    __queue_group_tables__: ClassVar[dict[str, sa.Table]] = {}
+    __queue_group_failed__: ClassVar[dict[str, sa.Table]] = {}
     queue: ClassVar[RingQueueDescriptor] = RingQueueDescriptor()
 
     @property
@@ -237,6 +243,10 @@ def _setup_ring(cls: type[Any], table: sa.Table) -> None:
     dialect_types(table)  # before the failed table copies the payload columns' types
     cls.__queue_spec__ = spec
     cls.__queue_failed__ = failed_table(spec, table, payload)
+    if spec.fans_out:
+        groups = ring_group_tables(spec, table, payload)
+        cls.__queue_group_tables__ = {g: state for g, (state, _) in groups.items()}
+        cls.__queue_group_failed__ = {g: side for g, (_, side) in groups.items()}
     for column in payload:
         # An empty slot holds no message: the core validates every push against the declared
         # nullability (the failed table's), the slot table accepts NULL.
@@ -287,7 +297,11 @@ def queue_classes(metadata: sa.MetaData | None = None) -> list[type[Any]]:
 
 def own_tables(cls: type[Any]) -> list[sa.Table]:
     """The tables of a mapped queue class: its own, and those the mixin generated (meta,
-    consumer groups' meta, failed)."""
+    consumer groups' meta, failed, a ring's groups' state and side tables)."""
     generated = (cls.__dict__.get("__queue_meta__"), cls.__dict__.get("__queue_failed__"))
-    own = [cls.__table__, *cls.__dict__.get("__queue_group_tables__", {}).values()]
+    own = [
+        cls.__table__,
+        *cls.__dict__.get("__queue_group_tables__", {}).values(),
+        *cls.__dict__.get("__queue_group_failed__", {}).values(),
+    ]
     return own + [t for t in generated if t is not None]

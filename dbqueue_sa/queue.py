@@ -162,8 +162,13 @@ class SAQueue[M]:
         queue does not declare."""
         found = self._groups.get(name)
         if found is None:
-            found = self._groups.setdefault(name, SAGroupQueue(self, name))
+            found = self._groups.setdefault(name, self.group_class(self, name))
         return found
+
+    @property
+    def group_class(self) -> type[SAGroupQueue[M]]:
+        """The class of this queue's consumer groups (a ring's has its own queries)."""
+        return SAGroupQueue
 
     @cached_property
     def _groups(self) -> dict[str, SAGroupQueue[M]]:
@@ -171,6 +176,12 @@ class SAQueue[M]:
 
     def _meta(self) -> sa.Table:
         """The meta table the queries read (:meth:`items`, :meth:`failed`)."""
+        self._refuse_fanned_out()
+        return cast(sa.Table, self.model.__queue_meta__)  # type: ignore[attr-defined]
+
+    def _refuse_fanned_out(self) -> None:
+        """InvalidArgument for a query of a queue with consumer groups as a whole: each group
+        has its own deliveries."""
         spec = self.spec
         if spec.fans_out:
             raise InvalidArgument(
@@ -178,7 +189,6 @@ class SAQueue[M]:
                 f"({', '.join(spec.options.groups)}), each with its own state: query one, "
                 f"{self.model.__name__}.queue.group({spec.options.groups[0]!r}).items()"
             )
-        return cast(sa.Table, self.model.__queue_meta__)  # type: ignore[attr-defined]
 
     # -- connections --------------------------------------------------------------------------
 
@@ -390,7 +400,7 @@ class SAQueue[M]:
 class SAGroupQueue[M](SAQueue[M]):
     """Consumer group ``name`` of a class's queue (``Model.queue.group(name)``, see
     :meth:`SAQueue.group`): every operation of :class:`SAQueue` on the group's deliveries,
-    with the group's core queue (:meth:`dbqueue.split.SplitQueue.group`) on the session's
+    with the group's core queue (:meth:`dbqueue.layout.Layout.group`) on the session's
     connection; ``items()`` and ``failed()`` query the group's meta table."""
 
     def __init__(self, parent: SAQueue[M], name: str) -> None:
@@ -408,7 +418,6 @@ class SAGroupQueue[M](SAQueue[M]):
 
     def _bind(self, target: Target, *, commits: bool = False) -> tuple[AnyQueue, SAExecutor]:
         core, ex = self.parent._bind(target, commits=commits)
-        assert isinstance(core, SplitQueue)  # only a split queue has groups
         return core.group(self.name), ex
 
     def _meta(self) -> sa.Table:

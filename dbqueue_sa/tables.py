@@ -33,7 +33,10 @@ from dbqueue.dialects import Dialect, get_dialect
 from dbqueue.errors import InvalidSpec, UnsupportedDatabase
 from dbqueue.message import State
 from dbqueue.schema import (
+    RING_BASE_COLUMNS,
+    drop_group_counter_statements,
     drop_ring_counter_statements,
+    group_ring_fill_statements,
     ring_slot_statements,
     set_statements,
     storage_parameters,
@@ -323,6 +326,49 @@ def failed_table(spec: QueueSpec, ring: sa.Table, payload: list[sa.Column[Any]])
     )  # fmt: skip
     dialect_types(failed)
     return failed
+
+
+def ring_group_tables(
+    spec: QueueSpec, ring: sa.Table, payload: list[sa.Column[Any]]
+) -> dict[str, tuple[sa.Table, sa.Table]]:
+    """A ring with consumer groups: each group's state table ``<table>_ring_<group>`` (the
+    slot columns without the payload, a row per slot) and side table ``<table>_side_<group>``,
+    by group name, on ``ring``'s MetaData, as ``dbqueue.schema.group_ring_statements``
+    creates them. After a state table is created: its storage parameters, its group's pop
+    counter and its rows, read from the slot table (created first); the counter is dropped
+    with it."""
+    tables = {}
+    for name in spec.options.groups:
+        group = spec.for_group(name)
+        refuse_taken(ring.metadata, group.state_table, spec.table, f"consumer group {name!r}")
+        state = sa.Table(
+            group.state_table,
+            ring.metadata,
+            *(_copy(c) for c in ring.c if c.name in RING_BASE_COLUMNS),
+        )
+        state.add_is_dependent_on(ring)
+        fill = _run(lambda d, g=group: group_ring_fill_statements(g, d))
+        sa.event.listen(state, "after_create", fill)
+        drop = _run(lambda d, g=group: drop_group_counter_statements(g, d))
+        sa.event.listen(state, "after_drop", drop)
+        side = failed_table(group, ring, payload)
+        side.add_is_dependent_on(ring)
+        tables[name] = (state, side)
+    return tables
+
+
+def _copy(column: sa.Column[Any]) -> sa.Column[Any]:
+    """A slot column as a group's state table has it: type, nullability, server default,
+    primary key (never an identity: slots are numbered by the ring)."""
+    default = column.server_default
+    return sa.Column(
+        column.name,
+        column.type,
+        nullable=column.nullable,
+        primary_key=column.primary_key,
+        autoincrement=False,
+        server_default=None if default is None else default.arg,  # type: ignore[attr-defined]
+    )
 
 
 def ring_events(spec: QueueSpec, ring: sa.Table) -> None:

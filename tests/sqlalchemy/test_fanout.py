@@ -14,7 +14,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from dbqueue.errors import InvalidArgument, InvalidSpec, UnsupportedOperation
 from dbqueue.message import State
-from dbqueue_sa import QueueMixin, RingQueueMixin
+from dbqueue_sa import QueueMixin
 from tests.sqlalchemy.fanout_jobs import GROUPS, FanoutBase, Order
 
 pytestmark = pytest.mark.sqlalchemy
@@ -60,18 +60,6 @@ def test_the_groups_reach_the_spec_and_each_has_a_table() -> None:
         spec.for_group("email").index_name("ready"),
         spec.for_group("email").index_name("leased"),
     }
-
-
-def test_a_ring_refuses_groups() -> None:
-    class Base(DeclarativeBase):
-        pass
-
-    with pytest.raises(InvalidSpec, match="consumer groups"):
-
-        class Feed(RingQueueMixin, Base):
-            __tablename__ = "q_feed"
-            __queue_options__ = {"capacity": 8, "groups": ("a",)}
-            note: Mapped[str] = mapped_column(sa.Text())
 
 
 def test_a_group_table_whose_name_is_taken_is_refused() -> None:
