@@ -8,7 +8,7 @@ from itertools import pairwise
 from dbqueue.dialects.base import Dialect
 from dbqueue.errors import InvalidSpec
 from dbqueue.message import State
-from dbqueue.spec import QueueSpec
+from dbqueue.spec import QueueSpec, index_name
 from dbqueue.unique import UNIQUE_KEY_COLUMN, index_predicate
 
 #: The columns every split queue's data table has besides the payload (what the adapters'
@@ -276,7 +276,8 @@ def group_ring_fill_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
             f"CREATE TABLE {pop} (value integer NOT NULL)",
             f"INSERT INTO {pop} (value) SELECT value FROM {push}",
             rows,
-            f"CREATE INDEX {q(spec.index_name('seq'))} ON {state} (seq)",
+            # Named after the state table, as a slot table's is after itself.
+            f"CREATE INDEX {q(index_name(spec.state_table, 'seq'))} ON {state} (seq)",
         ]
     storage = ring_storage_parameters(spec, dialect, plain=True)
     storage[0][1]["fillfactor"] = str(GROUP_STATE_FILLFACTOR)

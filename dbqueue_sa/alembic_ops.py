@@ -19,7 +19,9 @@ from dbqueue.ring import RingQueue
 from dbqueue.schema import (
     RING_BASE_COLUMNS,
     Parameters,
+    drop_group_counter_statements,
     drop_ring_counter_statements,
+    group_ring_fill_statements,
     reset_statements,
     ring_plain_statements,
     ring_storage_parameters,
@@ -320,6 +322,66 @@ class UntuneQueueGroupOp(GroupTuningOp):
         return TuneQueueGroupOp(self.table_name, self.group)
 
 
+class RingGroupOp(QueueOp):
+    """An operation on one consumer group of a ring (``table``: the ring's slot table)."""
+
+    def __init__(self, table_name: str, group: str, capacity: int | None = None) -> None:
+        super().__init__(table_name)
+        options = QueueOptions(capacity=capacity or 1, groups=(group,))
+        self.spec = QueueSpec(table_name, (), options).for_group(group)  # validates both
+        self.group, self.capacity = group, capacity
+
+    def arguments(self) -> dict[str, Any]:
+        return {"capacity": self.capacity}
+
+    def render(self) -> str:
+        args = "" if self.capacity is None else f", capacity={self.capacity!r}"
+        return f"op.{self.name}({self.table_name!r}, {self.group!r}{args})"
+
+    def to_diff_tuple(self) -> tuple[Any, ...]:
+        return (self.name, self.table_name, self.group)
+
+
+@Operations.register_operation("create_queue_ring_group")
+class CreateQueueRingGroupOp(RingGroupOp):
+    """Fill the state table of a ring's consumer group (after ``op.create_table`` of the
+    group's state and side tables): its rows, its pop counter and its storage parameters."""
+
+    name = "create_queue_ring_group"
+
+    @classmethod
+    def create_queue_ring_group(
+        cls, operations: Operations, table_name: str, group: str, *, capacity: int | None = None
+    ) -> None:
+        """Give consumer group ``group`` of the ring ``table_name`` its state rows (one per
+        slot, settled: the group receives the messages pushed from then on), its pop counter
+        (started at the push counter) and its storage parameters (PostgreSQL; ``capacity``
+        sizes their vacuum threshold) or index on ``seq`` (SQLite)."""
+        operations.invoke(cls(table_name, group, capacity))
+
+    def reverse(self) -> DropQueueRingGroupOp:
+        return DropQueueRingGroupOp(self.table_name, self.group, self.capacity)
+
+
+@Operations.register_operation("drop_queue_ring_group")
+class DropQueueRingGroupOp(RingGroupOp):
+    """Drop the pop counter of a ring's consumer group (before ``op.drop_table`` of its
+    tables: the counter is not theirs)."""
+
+    name = "drop_queue_ring_group"
+
+    @classmethod
+    def drop_queue_ring_group(
+        cls, operations: Operations, table_name: str, group: str, *, capacity: int | None = None
+    ) -> None:
+        """Drop the pop counter of consumer group ``group`` of the ring ``table_name``;
+        ``capacity`` is what the reverse operation sizes the group's storage parameters by."""
+        operations.invoke(cls(table_name, group, capacity))
+
+    def reverse(self) -> CreateQueueRingGroupOp:
+        return CreateQueueRingGroupOp(self.table_name, self.group, self.capacity)
+
+
 def _dialect(operations: Operations) -> Dialect:
     return core_dialect(operations.migration_context.dialect.name)
 
@@ -371,6 +433,16 @@ def _alter_queue_ring(operations: Operations, op: AlterQueueRingOp) -> None:
     _run(operations, fill_statements(connection, op.spec, dialect))
 
 
+@Operations.implementation_for(CreateQueueRingGroupOp)
+def _create_queue_ring_group(operations: Operations, op: CreateQueueRingGroupOp) -> None:
+    _run(operations, group_ring_fill_statements(op.spec, _dialect(operations)))
+
+
+@Operations.implementation_for(DropQueueRingGroupOp)
+def _drop_queue_ring_group(operations: Operations, op: DropQueueRingGroupOp) -> None:
+    _run(operations, drop_group_counter_statements(op.spec, _dialect(operations)))
+
+
 @Operations.implementation_for(TuneQueueTablesOp)
 @Operations.implementation_for(TuneQueueGroupOp)
 def _tune_queue_tables(operations: Operations, op: TuningOp) -> None:
@@ -389,9 +461,14 @@ def _untune_queue_tables(operations: Operations, op: TuningOp) -> None:
 
 
 def is_counter_table(table: sa.Table) -> bool:
-    """Whether a reflected table is a ring's counter on SQLite (``<ring>_push_seq`` or
-    ``<ring>_pop_seq``, one ``value`` column)."""
-    return table.name.endswith(COUNTER_SUFFIXES) and [c.name for c in table.columns] == ["value"]
+    """Whether a reflected table is a ring's counter on SQLite (``<ring>_push_seq``,
+    ``<ring>_pop_seq`` or a consumer group's ``<ring>_pop_<group>``, one ``value`` column)."""
+    counter = table.name.endswith(COUNTER_SUFFIXES) or GROUP_COUNTER.fullmatch(table.name)
+    return bool(counter) and [c.name for c in table.columns] == ["value"]
+
+
+#: A ring's consumer group's counter on SQLite (``<ring>_pop_<group>``).
+GROUP_COUNTER = re.compile(r".+_pop_[a-z_][a-z0-9_]*")
 
 
 #: A segment of a ring's slot table (PostgreSQL, ``<ring>_s0``, ``<ring>_s1``...: see

@@ -27,11 +27,13 @@ from dbqueue.errors import DBQueueError
 from dbqueue.schema import (
     storage_parameters,
 )
-from dbqueue.spec import QueueSpec
+from dbqueue.spec import GROUP_STATE_INFIX, QueueSpec
 from dbqueue.unique import UniqueScope, index_predicate
 from dbqueue_sa.alembic_ops import (
     AlterQueueRingOp,
+    CreateQueueRingGroupOp,
     CreateQueueRingOp,
+    DropQueueRingGroupOp,
     DropQueueRingOp,
     QueueOp,
     TuneQueueGroupOp,
@@ -100,16 +102,28 @@ def _queue_ops(autogen_context: AutogenContext, cls: type[Any], created: set[str
     table: sa.Table = cls.__table__
     ring = issubclass(cls, RingQueueMixin)
     groups = spec.options.groups or None
+    capacity = spec.options.capacity
     if spec.table in created or (not ring and not groups and spec.meta_table in created):
         if ring:
-            assert spec.options.capacity is not None  # a ring spec always has one
-            return [CreateQueueRingOp(spec.table, spec.options.capacity)]
+            assert capacity is not None  # a ring spec always has one
+            return [
+                CreateQueueRingOp(spec.table, capacity),
+                *(CreateQueueRingGroupOp(spec.table, g, capacity) for g in spec.options.groups),
+            ]
         return [TuneQueueTablesOp(spec.table, groups)]
     if not _included(autogen_context, table) or not autogen_context.inspector.has_table(spec.table):
         return []
     if ring:
         change = _ring_change(autogen_context, spec)
-        return [] if change is None else [change]
+        # Consumer groups added to an existing ring: their rows and counters.
+        return [
+            *([] if change is None else [change]),
+            *(
+                CreateQueueRingGroupOp(spec.table, g.group, capacity)
+                for g in spec.group_specs
+                if g.state_table in created and g.group is not None
+            ),
+        ]
     # Consumer groups added to an existing queue: their tables only.
     added = [g for g in spec.options.groups if spec.for_group(g).meta_table in created]
     ops: list[QueueOp] = [TuneQueueGroupOp(spec.table, g) for g in added]
@@ -173,11 +187,33 @@ def _unique_scope_change(
     )
 
 
+def _removed_group(autogen_context: AutogenContext, name: str) -> DropQueueRingGroupOp | None:
+    """``drop_queue_ring_group`` for a dropped table that is a ring's consumer group's state
+    table (``<ring>_ring_<group>`` beside a ring whose counters exist), else None."""
+    parts = name.split(GROUP_STATE_INFIX)
+    for cut in range(1, len(parts)):
+        ring, group = GROUP_STATE_INFIX.join(parts[:cut]), GROUP_STATE_INFIX.join(parts[cut:])
+        try:
+            spec = table_spec(ring)
+            DropQueueRingGroupOp(ring, group)  # validates the group's name
+        except DBQueueError:  # not names the core would give a ring and a group
+            continue
+        if has_counters(autogen_context.inspector, spec):
+            slots = slot_count(autogen_context.connection, name)  # type: ignore[arg-type]
+            return DropQueueRingGroupOp(ring, group, slots or None)
+    return None
+
+
 def _drop_removed_rings(autogen_context: AutogenContext, upgrade_ops: UpgradeOps) -> None:
     """Put ``drop_queue_ring`` before the ``drop_table`` of each ring table that is dropped
-    (its counters are not the table's), so the downgrade recreates the slots too."""
+    (its counters are not the table's), so the downgrade recreates the slots too; and
+    ``drop_queue_ring_group`` before that of a consumer group's state table."""
     for i, op in reversed(list(enumerate(upgrade_ops.ops))):
         if not isinstance(op, DropTableOp) or op.schema is not None:
+            continue
+        group = _removed_group(autogen_context, op.table_name)
+        if group is not None:
+            upgrade_ops.ops.insert(i, group)
             continue
         try:
             spec = table_spec(op.table_name)

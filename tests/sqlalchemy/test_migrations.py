@@ -216,12 +216,13 @@ def slots(engine: sa.Engine, table: str = "sa_tick") -> int:
 
 
 def counters(engine: sa.Engine) -> set[str]:
-    """The ring counters in the database: sequences, or tables on SQLite."""
+    """The ring counters in the database: sequences, or tables on SQLite (a consumer group's
+    is ``<ring>_pop_<group>``)."""
     inspector = sa.inspect(engine)
     names = set(inspector.get_table_names())
     if engine.dialect.supports_sequences:
         names |= set(inspector.get_sequence_names())
-    return {n for n in names if n.endswith(("_push_seq", "_pop_seq"))}
+    return {n for n in names if n.endswith(("_push_seq", "_pop_seq")) or "_pop_" in n}
 
 
 def reloptions(engine: sa.Engine, table: str) -> set[str]:
