@@ -49,6 +49,9 @@ from tests.django.test_ring_parity import counter, slot_shape
 from tests.django.testapp import models as django_models
 from tests.sqlalchemy.fanout_jobs import GROUPS, FanoutBase, Order
 from tests.sqlalchemy.models import Base, Job, Tick
+from tests.sqlalchemy.ring_fanout_jobs import GROUPS as RING_GROUPS
+from tests.sqlalchemy.ring_fanout_jobs import RingFanoutBase
+from tests.sqlalchemy.ring_fanout_jobs import Tick as GroupedTick
 from tests.sqlalchemy.unique_jobs import QueuedUniqueJob, StoredUniqueJob, UniqueBase, UniqueJob
 
 #: Each unique queue class and its Django twin.
@@ -350,6 +353,33 @@ def test_a_grouped_queue_matches_the_core_ddl(alias: str, engine: sa.Engine) -> 
             data = same(reloptions, alias, names)
             assert "autovacuum_vacuum_insert_scale_factor=0.05" in data
         assert not sa.inspect(engine).has_table(f"{names[0]}_meta")
+
+
+def test_a_grouped_ring_matches_the_core_ddl(alias: str, engine: sa.Engine) -> None:
+    """The slot and side tables and each group's state table (its rows, their defaults, its
+    key, and on PostgreSQL its storage parameters) and side table as create_all and the
+    core's DDL make them."""
+    names = (GroupedTick.__tablename__, f"sa_core_{GroupedTick.__tablename__}")
+    core = dataclasses.replace(spec_of(GroupedTick), table=names[1])
+    ours = [
+        GroupedTick.__table__, GroupedTick.__queue_failed__,
+        *GroupedTick.__queue_group_tables__.values(), *GroupedTick.__queue_group_failed__.values(),
+    ]  # fmt: skip
+    with created(engine, RingFanoutBase.metadata, ours), core_ddl(engine, core):
+        same(columns, alias, names)
+        same(columns, alias, suffixed(names, "_failed"))
+        for group in RING_GROUPS:
+            state = suffixed(names, f"_ring_{group}")
+            assert set(same(columns, alias, state)) == {
+                "slot", "seq", "state", "attempts", "pushed_at", "lease_until", "last_error",
+            }  # fmt: skip
+            assert set(same(numeric_defaults, alias, state)) == {"state", "attempts"}
+            same(columns, alias, suffixed(names, f"_side_{group}"))
+            if alias == "default":
+                assert "fillfactor=50" in same(reloptions, alias, state)
+            with engine.connect() as conn:
+                for table in state:
+                    assert conn.scalar(sa.text(f'SELECT count(*) FROM "{table}"')) == 4
 
 
 # -- every kind, against the core's DDL -----------------------------------------------------
