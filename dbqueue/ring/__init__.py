@@ -38,11 +38,19 @@ A group's retries and moved copies go back into the ring for that group only (th
 groups' rows of the new number are marked settled, a hole their poppers skip), and the
 queue's own side table keeps what spilled before any group got it, pushed into the ring for
 every group. A group that stops taking messages stops every push once it is ``capacity``
-behind: :class:`~dbqueue.errors.QueueFull` names it (``lagging``). Of the layouts measured
-(bench/reports/2026-11-27-ring-fanout.md), this is "group rows" (C) with the push marking the
-rows ready itself (C', bench/reports/2026-11-28-ring-fanout-cprime.md): C's pop had to read
-the payload slot to know a message had landed, a protocol of its own for every statement; C'
-keeps the ring's, at the price of G narrow row writes per push.
+behind: :class:`~dbqueue.errors.QueueFull` names it (``lagging``).
+
+Of the layouts measured (bench/reports/2026-11-27-ring-fanout.md), this is "group rows" (C)
+with the push marking the rows ready itself (C'). In C a group's row only says what the group
+settled, and whether a message is there to take is read from the slot table, so each of the
+ring's statements (pops and their claims, holes, strands, the sweeper, a pusher moving a
+held copy aside) would need a version of its own; in C' a group's row is a slot of the ring
+in every respect but the payload, and the ring's statements and their tests serve it as they
+are. What that costs, measured side by side (bench/reports/2026-11-28-ring-fanout-cprime.md,
+3 groups, pgbench): 0.90x C's throughput (3,406 against 3,770 messages/s per group), 1.36x
+its WAL (1,759 against 1,296 bytes per message: G more narrow updates per push), and its
+tables grew 11 % over 35 laps where C's did not move; against a ring per group it still
+delivers 1.31x the messages in 0.41x the bytes.
 
 SQLite has one writer and transactional counters (``<table>_push_seq`` is a one-row table):
 a number is only consumed by a push that lands and a pop that takes its message, in the same
