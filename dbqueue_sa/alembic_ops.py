@@ -14,6 +14,7 @@ from alembic.operations import MigrateOperation, Operations
 from alembic.util import CommandError
 from sqlalchemy.engine.reflection import Inspector
 
+from dbqueue import discovery
 from dbqueue.dialects import Dialect
 from dbqueue.ring import RingQueue
 from dbqueue.schema import (
@@ -69,6 +70,23 @@ def check_empty(connection: sa.Connection, spec: QueueSpec) -> None:
         worker="dbqueue worker ...",
         then="run the migration again (see the Alembic how-to, 'Change a ring's capacity')",
     )
+
+
+def refuse_groups(connection: sa.Connection, table: str) -> None:
+    """CommandError if the ring ``table`` has consumer groups (found by their tables): its
+    capacity cannot change while each group keeps a row per slot."""
+    names = sa.inspect(connection).get_table_names()
+    related = discovery.related_tables(table, names)
+    columns = {
+        name: [c["name"] for c in sa.inspect(connection).get_columns(name)] for name in related
+    }
+    groups = discovery.groups_of(table, columns)
+    if groups:
+        raise CommandError(
+            f"alter_queue_ring({table!r}): the ring has consumer groups ({', '.join(groups)}), "
+            f"each with a row per slot, and its capacity cannot change with them: remove the "
+            f"groups (a migration), change the capacity, then add them again"
+        )
 
 
 def fill_statements(
@@ -428,6 +446,7 @@ def _alter_queue_ring(operations: Operations, op: AlterQueueRingOp) -> None:
             f"the ring is empty and numbers the new slots on from its counters"
         )
     dialect = _dialect(operations)
+    refuse_groups(connection, op.table_name)
     check_empty(connection, op.existing_spec)
     _run(operations, empty_statements(op.spec, dialect))
     _run(operations, fill_statements(connection, op.spec, dialect))

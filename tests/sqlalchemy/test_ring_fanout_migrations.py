@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.util import CommandError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from dbqueue_sa import RingQueueMixin
@@ -104,3 +105,24 @@ def test_ring_groups_are_created_added_and_removed(cfg: Config, db: sa.Engine) -
     assert f"{TABLE}_ring_audit" not in tables(db) and f"{TABLE}_ring_trading" in tables(db)
     command.downgrade(cfg, "base")
     assert tables(db) == set() and not counters(db)
+
+
+class WiderBase(DeclarativeBase):
+    """The ring with one group and twice the slots."""
+
+
+class Wider(TickColumns, RingQueueMixin, WiderBase):
+    __tablename__ = TABLE
+    __queue_options__ = {**OPTIONS, "capacity": 8, "groups": ("trading",)}
+
+
+def test_a_capacity_change_of_a_ring_with_groups_is_refused(cfg: Config, db: sa.Engine) -> None:
+    autogenerate(cfg, "0001")
+    command.upgrade(cfg, "head")
+    cfg.attributes["metadata"] = WiderBase.metadata
+    upgrade, _ = autogenerate(cfg, "0002")
+    assert "op.alter_queue_ring" in upgrade
+    with pytest.raises(CommandError, match=r"consumer groups \(trading\)"):
+        command.upgrade(cfg, "head")
+    with db.connect() as conn:  # nothing changed
+        assert conn.scalar(sa.text(f'SELECT count(*) FROM "{TABLE}"')) == 4
