@@ -111,6 +111,17 @@ WITH {_batch}, {_locked}, u AS (
 )
 {_landed};
 
+-- _evicted --
+-- A fragment of ring_push_blocked: the columns of a side row, and their values for a message
+-- a consumer held in slot `k` (a lease, moved with its token; a claimed message, ready now),
+-- before the payload's.
+(id, state, attempts, pushed_at, failed_at, run_at, lease_until, last_error{columns})
+    SELECT k.seq,
+           CASE WHEN k.state = {slot_leased} THEN {side_leased} ELSE {side_ready} END,
+           k.attempts, k.pushed_at, statement_timestamp(),
+           CASE WHEN k.state = {slot_leased} THEN NULL ELSE statement_timestamp() END,
+           CASE WHEN k.state = {slot_leased} THEN k.lease_until END, k.last_error
+
 -- ring_push_blocked --
 -- A number whose slot was not free for it, decided on the slot as it is now:
 --   {push_renew}: the slot is past the number (a popper marked it a hole, or a pusher wrote
@@ -154,13 +165,7 @@ WITH r AS (
       AND t.seq = s.seq AND t.state = s.state
     FOR UPDATE OF t SKIP LOCKED
 ), moved AS (
-    INSERT INTO {failed} (id, state, attempts, pushed_at, failed_at, run_at, lease_until,
-                          last_error{columns})
-    SELECT k.seq,
-           CASE WHEN k.state = {slot_leased} THEN {side_leased} ELSE {side_ready} END,
-           k.attempts, k.pushed_at, statement_timestamp(),
-           CASE WHEN k.state = {slot_leased} THEN NULL ELSE statement_timestamp() END,
-           CASE WHEN k.state = {slot_leased} THEN k.lease_until END, k.last_error{k_columns}
+    INSERT INTO {failed} {_evicted}{k_columns}
     FROM k WHERE k.outcome = {push_evict}
 ), u AS (
     UPDATE {ring} AS t
@@ -579,6 +584,33 @@ SELECT count(*) FILTER (WHERE state = {side_ready}) AS ready,
        count(*) AS victims
 FROM u;
 
+-- _due_aside --
+-- A fragment of ring_return: the queue's sweeper lock, the due messages of the side table
+-- (`f`, locked) and each with a new number (`m`), oldest due first.
+{_sweep_lock}, f AS (
+    SELECT * FROM {failed}
+    WHERE (SELECT got FROM lock) AND state IN ({side_ready}, {side_spilled})
+      AND run_at <= statement_timestamp()
+    ORDER BY run_at, id
+    LIMIT %(n)s
+    FOR UPDATE SKIP LOCKED
+), m AS MATERIALIZED (
+    SELECT nextval({push_seq}) AS p, f.* FROM (SELECT * FROM f ORDER BY run_at, id) AS f
+)
+
+-- _returned --
+-- A fragment of ring_return: the due messages `m` put in the ring (`placed`, their numbers in
+-- the side table) removed from the side table, and the statement's row.
+, gone AS (
+    DELETE FROM {failed} AS f USING placed WHERE f.id = placed.id
+)
+SELECT (SELECT count(*) FROM placed) AS placed, (SELECT count(*) FROM f) AS due,
+       CASE WHEN (SELECT got FROM lock) THEN false ELSE EXISTS (
+           SELECT 1 FROM {failed}
+           WHERE state IN ({side_ready}, {side_spilled}) AND run_at <= statement_timestamp()
+       ) END AS busy,
+       {_push_next} > {_pop_next} AS ahead
+
 -- ring_return --
 -- Ready and spilled messages of the side table that are due, pushed again at the tail under
 -- new numbers (attempts kept), oldest due first (a spilled message is due when it spilled),
@@ -588,16 +620,7 @@ FROM u;
 -- sweeper held the queue's lock while messages were due, so this run returned none of them.
 -- `ahead`: pushers hold numbers no popper has claimed (messages may be in the ring: another
 -- sweeper's return, or a push, committed after the caller's pop looked).
-WITH {_sweep_lock}, f AS (
-    SELECT * FROM {failed}
-    WHERE (SELECT got FROM lock) AND state IN ({side_ready}, {side_spilled})
-      AND run_at <= statement_timestamp()
-    ORDER BY run_at, id
-    LIMIT %(n)s
-    FOR UPDATE SKIP LOCKED
-), m AS MATERIALIZED (
-    SELECT nextval({push_seq}) AS p, f.* FROM (SELECT * FROM f ORDER BY run_at, id) AS f
-), free AS (
+WITH {_due_aside}, free AS (
     SELECT t.slot FROM {ring} AS t JOIN m ON t.slot = mod(m.p, %(capacity)s::bigint)
     WHERE t.slot = ANY(ARRAY(SELECT mod(p, %(capacity)s::bigint) FROM m))
       AND t.state = {slot_empty} AND t.seq <= m.p - %(capacity)s::bigint
@@ -616,15 +639,7 @@ WITH {_sweep_lock}, f AS (
     WHERE t.slot = ANY(ARRAY(SELECT slot FROM run)) AND t.slot = mod(m.p, %(capacity)s::bigint)
       AND t.state = {slot_empty} AND t.seq <= m.p - %(capacity)s::bigint
     RETURNING m.id
-), gone AS (
-    DELETE FROM {failed} AS f USING placed WHERE f.id = placed.id
-)
-SELECT (SELECT count(*) FROM placed) AS placed, (SELECT count(*) FROM f) AS due,
-       CASE WHEN (SELECT got FROM lock) THEN false ELSE EXISTS (
-           SELECT 1 FROM {failed}
-           WHERE state IN ({side_ready}, {side_spilled}) AND run_at <= statement_timestamp()
-       ) END AS busy,
-       {_push_next} > {_pop_next} AS ahead;
+){_returned};
 
 -- ring_sweep_holes --
 -- Holes no popper marks (its popper died, or sits idle holding the claim). An empty slot is

@@ -118,13 +118,7 @@ WITH {_batch}{_fan_out_locked}
 -- group {i} holds moved to the group's side table (as ring.sql's ring_push_blocked moves it,
 -- its payload read from the slot), and the row marked.
 , moved{i} AS (
-    INSERT INTO {g_side} (id, state, attempts, pushed_at, failed_at, run_at, lease_until,
-                          last_error{columns})
-    SELECT k.seq,
-           CASE WHEN k.state = {slot_leased} THEN {side_leased} ELSE {side_ready} END,
-           k.attempts, k.pushed_at, statement_timestamp(),
-           CASE WHEN k.state = {slot_leased} THEN NULL ELSE statement_timestamp() END,
-           CASE WHEN k.state = {slot_leased} THEN k.lease_until END, k.last_error{d_columns}
+    INSERT INTO {g_side} {_evicted}{d_columns}
     FROM k{i} AS k JOIN {slots} AS d ON d.slot = k.slot
     WHERE k.outcome = {push_evict} AND (SELECT got FROM taken)
 ), w{i} AS (
@@ -204,16 +198,7 @@ FROM r, o;
 -- again at the tail where their slot is free in every group, written into the slot table and
 -- into the groups' rows. A group's side table returns its messages to that group only; the
 -- queue's own (messages that spilled before any group got them) to every group.
-WITH {_sweep_lock}, f AS (
-    SELECT * FROM {failed}
-    WHERE (SELECT got FROM lock) AND state IN ({side_ready}, {side_spilled})
-      AND run_at <= statement_timestamp()
-    ORDER BY run_at, id
-    LIMIT %(n)s
-    FOR UPDATE SKIP LOCKED
-), m AS MATERIALIZED (
-    SELECT nextval({push_seq}) AS p, f.* FROM (SELECT * FROM f ORDER BY run_at, id) AS f
-){_each_return_free}, free AS (
+WITH {_due_aside}{_each_return_free}, free AS (
     {_each_return_in_all}
 ), run AS MATERIALIZED (
     SELECT o.slot FROM (
@@ -230,12 +215,4 @@ WITH {_sweep_lock}, f AS (
     FROM m
     WHERE t.slot = ANY(ARRAY(SELECT slot FROM run)) AND t.slot = mod(m.p, %(capacity)s::bigint)
     RETURNING m.id
-), gone AS (
-    DELETE FROM {failed} AS f USING placed WHERE f.id = placed.id
-)
-SELECT (SELECT count(*) FROM placed) AS placed, (SELECT count(*) FROM f) AS due,
-       CASE WHEN (SELECT got FROM lock) THEN false ELSE EXISTS (
-           SELECT 1 FROM {failed}
-           WHERE state IN ({side_ready}, {side_spilled}) AND run_at <= statement_timestamp()
-       ) END AS busy,
-       {_push_next} > {_pop_next} AS ahead;
+){_returned};
