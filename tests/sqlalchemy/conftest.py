@@ -4,12 +4,14 @@ shared server) and real SQLite files, sync and asyncio. Never mocked."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tests.pg import database_url
+from tests.sqlalchemy.handled_log import LOG_VARIABLE
 from tests.sqlalchemy.models import Base
 
 pytestmark = pytest.mark.sqlalchemy
@@ -77,3 +79,12 @@ async def async_engine(engine: sa.Engine, url: str) -> AsyncIterator[AsyncEngine
 def anyio_backend() -> str:
     """Async tests (``@pytest.mark.anyio``) run on asyncio: psycopg's and aiosqlite's loop."""
     return "asyncio"
+
+
+@pytest.fixture
+def handled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file the handlers of a worker subprocess append ``<group> <value>`` to
+    (tests.sqlalchemy.handled_log)."""
+    log = tmp_path / "handled.log"
+    monkeypatch.setenv(LOG_VARIABLE, str(log))
+    return log

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from tests.sqlalchemy.cli_support import dbqueue
-from tests.sqlalchemy.fanout_app import LOG_VARIABLE
 from tests.sqlalchemy.fanout_jobs import GROUPS, FanoutBase, Order
+from tests.sqlalchemy.handled_log import lines
 
 pytestmark = pytest.mark.sqlalchemy
 
@@ -34,18 +34,6 @@ def orders(url: str) -> Iterator[sa.Engine]:
     yield engine
     FanoutBase.metadata.drop_all(engine)
     engine.dispose()
-
-
-@pytest.fixture
-def handled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The file the handlers of the worker subprocess append ``<group> <order_id>`` to."""
-    log = tmp_path / "handled.log"
-    monkeypatch.setenv(LOG_VARIABLE, str(log))
-    return log
-
-
-def lines(log: Path) -> list[str]:
-    return sorted(log.read_text().splitlines()) if log.exists() else []
 
 
 def counts(engine: sa.Engine) -> dict[str, int]:

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from tests.sqlalchemy.cli_support import dbqueue
-from tests.sqlalchemy.ring_fanout_app import LOG_VARIABLE
+from tests.sqlalchemy.handled_log import lines
 from tests.sqlalchemy.ring_fanout_jobs import GROUPS, RingFanoutBase, Tick
 
 pytestmark = pytest.mark.sqlalchemy
@@ -35,17 +35,6 @@ def ticks(url: str) -> Iterator[sa.Engine]:
     yield engine
     RingFanoutBase.metadata.drop_all(engine)
     engine.dispose()
-
-
-@pytest.fixture
-def handled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    log = tmp_path / "handled.log"
-    monkeypatch.setenv(LOG_VARIABLE, str(log))
-    return log
-
-
-def lines(log: Path) -> list[str]:
-    return sorted(log.read_text().splitlines()) if log.exists() else []
 
 
 def counts(engine: sa.Engine) -> dict[str, int]:
