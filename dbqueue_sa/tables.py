@@ -316,7 +316,8 @@ def failed_table(spec: QueueSpec, ring: sa.Table, payload: list[sa.Column[Any]])
     for name, column in base.items():
         column.name = column.key = name
     copies = [sa.Column(c.name, c.type, nullable=c.nullable) for c in payload]
-    refuse_taken(ring.metadata, spec.failed_table, spec.table, "failed")
+    what = "failed" if spec.group is None else f"consumer group {spec.group!r} side"
+    refuse_taken(ring.metadata, spec.failed_table, spec.table, what)
     failed = sa.Table(spec.failed_table, ring.metadata, *base.values(), *copies)
     c = failed.c
     waiting = c.state != int(State.FAILED)

@@ -10,10 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from dbqueue.errors import InvalidArgument, QueueFull, UnsupportedOperation
+from dbqueue.errors import InvalidArgument, InvalidSpec, QueueFull, UnsupportedOperation
 from dbqueue.ring import SlotState
+from dbqueue_sa import RingQueueMixin
+from tests.sqlalchemy.conftest import async_url
 from tests.sqlalchemy.ring_fanout_jobs import GROUPS, RingFanoutBase, Tick
 
 pytestmark = pytest.mark.sqlalchemy
@@ -73,6 +76,24 @@ def test_create_all_makes_every_groups_rows_and_drop_all_removes_them(
     assert not {n for n in left if n.startswith("sa_tick")}
     if ring_engine.dialect.name == "sqlite":  # the counters are tables there
         assert "sa_tick_pop_audit" not in left
+
+
+@pytest.mark.parametrize(
+    ("taken", "what"),
+    [("q_taken_ring_a", "consumer group 'a'"), ("q_taken_side_b", "consumer group 'b' side")],
+    ids=["state", "side"],
+)
+def test_a_group_table_whose_name_is_taken_is_refused(taken: str, what: str) -> None:
+    class Base(DeclarativeBase):
+        pass
+
+    sa.Table(taken, Base.metadata, sa.Column("id", sa.Integer, primary_key=True))
+    with pytest.raises(InvalidSpec, match=f"{what} table is named {taken!r}"):
+
+        class Taken(RingQueueMixin, Base):
+            __tablename__ = "q_taken"
+            __queue_options__ = {"capacity": 4, "groups": ("a", "b")}
+            note: Mapped[str] = mapped_column(sa.Text())
 
 
 # -- the queue and its groups -----------------------------------------------------------------
@@ -157,3 +178,68 @@ def test_delete_removes_a_tick_from_every_group(session: Session) -> None:
     assert Tick.queue.delete(session, [tick]) == 1
     session.commit()
     assert [Tick.queue.group(g).count(session) for g in GROUPS] == [0, 0]
+
+
+def test_a_push_into_a_full_ring_spills_for_every_group(ring_engine: sa.Engine) -> None:
+    class SpillBase(DeclarativeBase):
+        pass
+
+    class Spilling(RingQueueMixin, SpillBase):
+        __tablename__ = "sa_spilling"
+        __queue_options__ = {"capacity": 2, "groups": GROUPS, "when_full": "spill"}
+        price: Mapped[int] = mapped_column(sa.Integer())
+
+    SpillBase.metadata.create_all(ring_engine)
+    try:
+        with Session(ring_engine) as session:
+            Spilling.queue.push_many(session, [{"price": p} for p in (1, 2, 3)])
+            session.commit()
+            # The ring's own side table keeps what spilled before any group got it.
+            assert [r.price for r in session.execute(Spilling.queue.waiting()).all()] == [3]
+            for group in GROUPS:
+                taken = Spilling.queue.group(group).pop_batch(session, 5)
+                Spilling.queue.group(group).ack(session, taken)
+                session.commit()
+            for group in GROUPS:  # once every group settled the slots, it goes to each
+                assert [t.price for t in Spilling.queue.group(group).pop_batch(session, 5)] == [3]
+                session.commit()
+    finally:
+        SpillBase.metadata.drop_all(ring_engine)
+
+
+def test_session_delete_removes_the_tick_from_every_group(session: Session) -> None:
+    Tick.queue.push(session, price=5)
+    session.commit()
+    (tick,) = session.scalars(sa.select(Tick).where(Tick.price == 5)).all()
+    session.delete(tick)
+    session.commit()
+    assert [Tick.queue.group(g).count(session) for g in GROUPS] == [0, 0]
+
+
+def test_a_bulk_delete_of_a_group_table_is_refused(session: Session) -> None:
+    for table in (Tick.__queue_group_tables__["audit"], Tick.__queue_group_failed__["audit"]):
+        with pytest.raises(InvalidArgument, match="bulk delete"):
+            session.execute(sa.delete(table))
+
+
+@pytest.mark.anyio
+async def test_a_group_on_an_async_session(url: str) -> None:
+    engine = create_async_engine(async_url(url))
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(RingFanoutBase.metadata.drop_all)
+            await conn.run_sync(RingFanoutBase.metadata.create_all)
+        async with AsyncSession(engine) as session:
+            await Tick.queue.apush(session, price=4)
+            await session.commit()
+            trading = Tick.queue.group("trading")
+            (tick,) = await trading.apop_batch(session, 1)
+            assert tick.price == 4
+            assert await trading.aack(session, [tick]) == [tick.id]
+            await session.commit()
+            assert await trading.acount(session) == 0
+            assert await Tick.queue.group("audit").acount(session) == 1
+        async with engine.begin() as conn:
+            await conn.run_sync(RingFanoutBase.metadata.drop_all)
+    finally:
+        await engine.dispose()
