@@ -73,3 +73,17 @@ def test_stats_reports_each_groups_counts_with_and_without_modules(
         trading, audit = rows["sa_tick[trading]"], rows["sa_tick[audit]"]
         assert (trading["layout"], trading["ready"], trading["leased"]) == ("ring", 2, 1)
         assert (audit["ready"], audit["leased"]) == (3, 0)
+
+
+def test_retry_and_purge_reach_one_group_by_name(ticks: sa.Engine, url: str) -> None:
+    with Session(ticks) as session, session.begin():
+        audit = Tick.queue.group("audit")
+        (tick,) = audit.pop_batch(session, 1)
+        audit.fail(session, [tick], "ledger down", retry=False)
+    done = dbqueue("retry", "--url", url, "--queue", "sa_tick[audit]", "--all")
+    assert done.returncode == 0, done.stderr
+    with Session(ticks) as session:
+        assert Tick.queue.group("audit").stats(session)["failed"] == 0
+    done = dbqueue("purge", "--url", url, "--queue", "sa_tick[trading]", "--state", "all", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert counts(ticks) == {"trading": 0, "audit": len(PRICES)}
