@@ -279,17 +279,24 @@ def group_ring_fill_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
             # Named after the state table, as a slot table's is after itself.
             f"CREATE INDEX {q(index_name(spec.state_table, 'seq'))} ON {state} (seq)",
         ]
-    storage = ring_storage_parameters(spec, dialect, plain=True)
-    storage[0][1]["fillfactor"] = str(GROUP_STATE_FILLFACTOR)
     return [
         # Before the rows: each page keeps its free space for the updates.
-        *set_statements(storage, dialect),
+        *set_statements(group_state_storage_parameters(spec, dialect), dialect),
         f"CREATE SEQUENCE {pop} AS bigint MINVALUE 0 START 0",
         f"SELECT setval('{pop}', (SELECT CASE WHEN is_called THEN last_value + 1 "
         f"ELSE last_value END FROM {push}), false)",
         rows,
         f"ANALYZE {state}",
     ]
+
+
+def group_state_storage_parameters(spec: QueueSpec, dialect: Dialect) -> list[Parameters]:
+    """The storage parameters of a ring group's state table (``spec``, a group's; PostgreSQL,
+    else none): the ring's, with :data:`GROUP_STATE_FILLFACTOR`."""
+    storage = ring_storage_parameters(spec, dialect, plain=True)
+    for _, parameters in storage:
+        parameters["fillfactor"] = str(GROUP_STATE_FILLFACTOR)
+    return storage
 
 
 def waiting_index_statement(spec: QueueSpec, dialect: Dialect) -> str:

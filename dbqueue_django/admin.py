@@ -81,7 +81,7 @@ class QueueOverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _rows(self, model: type[BaseQueueModel]) -> list[dict[str, Any]]:
         """The model's row, or a queue with consumer groups' row per group (linked to its
         list filtered on the group)."""
-        groups = () if issubclass(model, RingQueueModel) else groups_of(model)
+        groups = groups_of(model)
         if not groups:
             return [self._row(model)]
         rows = []
@@ -108,7 +108,7 @@ class QueueOverviewAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "occupancy": "-",
         }
         if issubclass(model, RingQueueModel):
-            row.update(ring_overview(self.admin_site, model, stats))
+            row.update(ring_overview(self.admin_site, model, stats, group))
         return row
 
     def changelist_view(

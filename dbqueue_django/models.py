@@ -205,6 +205,8 @@ class RingQueueModel(BaseQueueModel, metaclass=RingQueueModelBase):
     reused, and ``unique``, ``unique_scope``, ``unique_period``: a slot is rewritten in place,
     which a unique index would slow), ``QueueOptions`` takes ``when_full``, ``push_timeout``,
     ``hole_timeout`` and ``stranded_after``; a ring has no priorities and no delays.
+    ``groups = ("email", "search")`` delivers each message to each consumer group,
+    ``Model.queue.group("email")``, with a state model and a side model per group.
 
     Rows of this model are slots: ``id`` is the number of the message a slot holds (or last
     held), ``state`` says whether it is empty, ready, leased or waiting to be retried.
@@ -222,6 +224,10 @@ class RingQueueModel(BaseQueueModel, metaclass=RingQueueModelBase):
     queue_base_fields = RING_BASE_FIELDS
     queue: ClassVar[RingDjangoQueue[Any]] = QueueDescriptor(RingDjangoQueue)  # type: ignore[assignment]
     failed_model: ClassVar[type[models.Model]]
+    #: A ring with consumer groups: each group's state model (``<Model>Ring_<group>``, its
+    #: row of every slot) and side model (``<Model>Side_<group>``), by group (else empty).
+    queue_group_models: ClassVar[dict[str, type[models.Model]]]
+    queue_group_failed_models: ClassVar[dict[str, type[models.Model]]]
 
     objects = RingManager()
 

@@ -59,11 +59,20 @@ def ring_counts(site: admin.AdminSite, ring: Any, stats: dict[str, Any]) -> list
     ]
 
 
-def ring_overview(site: admin.AdminSite, ring: Any, stats: dict[str, Any]) -> dict[str, Any]:
-    """What a ring's row of the queue overview shows beyond the counts."""
+def side_model(ring: Any, group: str | None = None) -> Any:
+    """The side model of a ring (``<Model>Failed``), or of its consumer group ``group``
+    (``<Model>Side_<group>``)."""
+    return ring.failed_model if group is None else ring.queue_group_failed_models[group]
+
+
+def ring_overview(
+    site: admin.AdminSite, ring: Any, stats: dict[str, Any], group: str | None = None
+) -> dict[str, Any]:
+    """What a ring's row of the queue overview shows beyond the counts (a ring with consumer
+    groups has a row per group, ``group``)."""
     return {
         "occupancy": occupancy_text(stats),
-        "failed_url": changelist_url_for(site, ring.failed_model),
+        "failed_url": changelist_url_for(site, side_model(ring, group)),
         "done_url": None,  # a ring keeps no done messages: its slots are reused
     }
 

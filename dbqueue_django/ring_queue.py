@@ -8,16 +8,19 @@ messages are listed: ``items()`` are slots holding a message, ``failed()`` the f
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self, cast
 
 from django.db import models
 from django.db.models.functions import Coalesce
 
-from dbqueue.front import RingFrontQueue
+from dbqueue.errors import UnsupportedOperation
+from dbqueue.front import AnyQueue, RingFrontQueue
 from dbqueue.message import State
 from dbqueue.ring import SlotState, item_state
 from dbqueue_django.async_twins import async_twin
-from dbqueue_django.queue import DjangoQueue
+from dbqueue_django.executor import DjangoExecutor
+from dbqueue_django.queue import DjangoGroupQueue, DjangoQueue
+from dbqueue_django.ring_model import group_relation
 
 
 class RingDjangoQueue[M: models.Model](DjangoQueue[M], RingFrontQueue[M]):
@@ -26,10 +29,27 @@ class RingDjangoQueue[M: models.Model](DjangoQueue[M], RingFrontQueue[M]):
 
     acheck = async_twin(RingFrontQueue.check)
 
+    def group(self, name: str) -> RingDjangoGroupQueue[M]:
+        """The ring as consumer group ``name`` sees it (:meth:`DjangoQueue.group`), with the
+        group's own :meth:`RingDjangoGroupQueue.items`, ``failed()`` and ``waiting()``."""
+        return RingDjangoGroupQueue(self, name)
+
+    def _refuse_fanned_out(self, query: str) -> None:
+        """UnsupportedOperation for a query of a ring with consumer groups as a whole: each
+        group has its own deliveries."""
+        if self.spec.fans_out:
+            raise UnsupportedOperation(
+                f"{self.model.__name__} delivers each message to each of its consumer groups "
+                f"({', '.join(self.spec.options.groups)}), each with its own state: ask one "
+                f"group, {self.model.__name__}.queue.group(name).{query}()"
+            )
+
     def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:
         """The slots holding a message, in push order; ``state`` is "ready" or "leased"
         (failed messages, and those waiting out a retry's back-off, are in the side table:
-        :meth:`failed` and :meth:`waiting`)."""
+        :meth:`failed` and :meth:`waiting`). A ring with consumer groups: UnsupportedOperation,
+        ``Model.queue.group(name).items()`` are a group's."""
+        self._refuse_fanned_out("items")
         slots: Any = self.model._default_manager.using(self.alias)
         queryset: models.QuerySet[M] = slots.exclude(state=SlotState.EMPTY)
         if state is not None:
@@ -45,7 +65,9 @@ class RingDjangoQueue[M: models.Model](DjangoQueue[M], RingFrontQueue[M]):
     def failed(self) -> models.QuerySet[Any]:
         """The messages that used their last attempt (failed rows of the side table, the
         ``<Model>Failed`` model), newest first, with ``last_error``, ``attempts`` and
-        ``failed_at``."""
+        ``failed_at``. A ring with consumer groups: UnsupportedOperation, each group has its
+        own (``Model.queue.group(name).failed()``)."""
+        self._refuse_fanned_out("failed")
         manager = self._side()
         return (
             manager.using(self.alias).filter(state=int(State.FAILED)).order_by("-failed_at", "-id")
@@ -54,7 +76,66 @@ class RingDjangoQueue[M: models.Model](DjangoQueue[M], RingFrontQueue[M]):
     def waiting(self) -> models.QuerySet[Any]:
         """The messages out of the ring that will come back (rows of the ``<Model>Failed``
         side table): waiting out a retry's back-off or put aside (state "waiting", due at
-        ``run_at``), and leases a pusher moved aside ("leased aside"); soonest due first."""
+        ``run_at``), and leases a pusher moved aside ("leased aside"); soonest due first. (A
+        ring with consumer groups as a whole: the messages that spilled before any group got
+        them.)"""
         manager = self._side()
         due = Coalesce("run_at", "lease_until")
         return manager.using(self.alias).exclude(state=int(State.FAILED)).order_by(due.asc(), "id")
+
+
+class RingDjangoGroupQueue[M: models.Model](DjangoGroupQueue[M], RingDjangoQueue[M]):
+    """``Model.queue.group(name)`` of a ring model: consumer group ``name`` of the ring
+    (:class:`DjangoGroupQueue`); :meth:`items` reads the group's state model
+    (``<Model>Ring_<group>``), :meth:`failed` and :meth:`waiting` its side model
+    (``<Model>Side_<group>``)."""
+
+    front: RingDjangoQueue[M]
+    # The ring's, reading the group's side model (DjangoGroupQueue's read a split's meta).
+    failed = RingDjangoQueue.failed
+    waiting = RingDjangoQueue.waiting
+
+    def _refuse_fanned_out(self, query: str) -> None:
+        pass  # a group's own queries
+
+    # What GroupFront and DjangoGroupQueue say, for a ring's group (their definitions come
+    # first; these only tell the type checker which of the bases' wins).
+
+    def _bind(self) -> tuple[AnyQueue, DjangoExecutor]:
+        core, ex = self.front._bind()
+        return core.group(self.name), ex
+
+    def group(self, name: str) -> RingDjangoGroupQueue[M]:
+        return self.front.group(name)
+
+    def using(self, alias: str) -> Self:
+        """The same group of the ring on another database alias."""
+        return cast(Self, self.front.using(alias).group(self.name))
+
+    def _side(self) -> models.Manager[Any]:
+        model: Any = self.model
+        manager: models.Manager[Any] = model.queue_group_failed_models[self.name]._default_manager
+        return manager
+
+    def items(self, state: State | str | int | None = None) -> models.QuerySet[M]:
+        """The slots holding a message for this group, in the group's push order, annotated
+        with the group's state of each: ``group_state`` ("ready" or "leased", what ``state``
+        filters on), ``group_attempts``, ``group_lease_until`` and ``group_error`` (a slot's
+        own ``state``, ``attempts``, ... are unused in a ring with groups)."""
+        relation = group_relation(self.name)
+        slots: Any = self.model._default_manager.using(self.alias)
+        queryset: models.QuerySet[M] = slots.annotate(
+            **{
+                f"group_{name}": models.F(f"{relation}__{column}")
+                for name, column in {
+                    "state": "state",
+                    "attempts": "attempts",
+                    "lease_until": "lease_until",
+                    "error": "last_error",
+                    "seq": "seq",
+                }.items()
+            }
+        ).exclude(group_state=SlotState.EMPTY)
+        if state is not None:
+            queryset = queryset.filter(group_state=item_state(state))
+        return queryset.order_by("group_seq")

@@ -34,7 +34,11 @@ from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.backends.ddl_references import Statement
 
 from dbqueue.ring import RingQueue
-from dbqueue.schema import ring_plain_statements
+from dbqueue.schema import (
+    drop_group_counter_statements,
+    group_ring_fill_statements,
+    ring_plain_statements,
+)
 from dbqueue.spec import QueueOptions, QueueSpec, index_name
 from dbqueue_django.executor import DjangoExecutor, dialect_for
 
@@ -94,6 +98,71 @@ class RingSlots(models.Index):
             if self.name in connection.introspection.get_constraints(cursor, table):
                 statements.append(str(super().remove_sql(model, schema_editor, **kwargs)))
         # The counters stay: create_sql reads the next number from them, then replaces them.
+        return run_all_but_last(schema_editor, statements)
+
+
+class RingGroupRows(models.Index):
+    """What a consumer group's state table of a ring needs besides its columns
+    (:func:`dbqueue.schema.group_ring_fill_statements`): its storage parameters (PostgreSQL)
+    or index on ``seq`` (SQLite, where it is this very index), the group's pop counter started
+    at the ring's push counter, and a row per slot copied from the slot table, so the group
+    receives what is pushed from then on. ``RingQueueModel`` adds it to each group's state
+    model (``<Model>Ring_<group>``), so ``makemigrations`` writes it with the model: adding a
+    group to a ring is a migration creating its models. Removing it (with the group, or for a
+    capacity change, whose new slots it is then added for again) empties the table and drops
+    the counter; a migration that deletes the model without it (Django 5.2) leaves the counter
+    to :func:`dbqueue_django.upkeep.restore_rings`."""
+
+    def __init__(self, *, ring: str, group: str, capacity: int, name: str) -> None:
+        super().__init__(fields=["seq"], name=name)
+        self.ring, self.group, self.capacity = ring, group, capacity
+
+    @classmethod
+    def for_group(cls, ring: str, group: str, capacity: int) -> RingGroupRows:
+        """The index of group ``group``'s state table of the ring table ``ring`` of
+        ``capacity`` slots."""
+        spec = cls.group_spec(ring, group, capacity)
+        return cls(ring=ring, group=group, capacity=capacity, name=spec.index_name(PURPOSE))
+
+    @staticmethod
+    def group_spec(ring: str, group: str, capacity: int) -> QueueSpec:
+        """The core spec of the group, as far as its tables go (no payload needed)."""
+        options = QueueOptions(capacity=capacity, groups=(group,))
+        return QueueSpec(ring, (), options).for_group(group)
+
+    def deconstruct(self) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+        path, _, _ = super().deconstruct()
+        kwargs = {"ring": self.ring, "group": self.group, "capacity": self.capacity}
+        return path, (), {**kwargs, "name": self.name}
+
+    @property
+    def spec(self) -> QueueSpec:
+        """The group's core spec (see :meth:`group_spec`)."""
+        return self.group_spec(self.ring, self.group, self.capacity)
+
+    def create_sql(
+        self,
+        model: type[models.Model],
+        schema_editor: BaseDatabaseSchemaEditor,
+        using: str = "",
+        **kwargs: Any,
+    ) -> Statement:
+        if model._meta.db_table != self.spec.state_table:  # SQLite's copy: see RingSlots
+            return super().create_sql(model, schema_editor, using=using, **kwargs)
+        dialect = dialect_for(schema_editor.connection)
+        statements = group_ring_fill_statements(self.spec, dialect)
+        return Statement("%(sql)s", sql=run_all_but_last(schema_editor, statements))
+
+    def remove_sql(
+        self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor, **kwargs: Any
+    ) -> str:
+        connection = schema_editor.connection
+        table = model._meta.db_table
+        statements = list(connection.ops.sql_flush(no_style(), [table], reset_sequences=False))
+        statements += drop_group_counter_statements(self.spec, dialect_for(connection))
+        with connection.cursor() as cursor:
+            if self.name in connection.introspection.get_constraints(cursor, table):
+                statements.append(str(super().remove_sql(model, schema_editor, **kwargs)))
         return run_all_but_last(schema_editor, statements)
 
 

@@ -141,7 +141,7 @@ def unique_scope_of(model: type[models.Model]) -> UniqueScope | None:
 
 
 def groups_of(model: type[models.Model]) -> tuple[str, ...]:
-    """The consumer groups a split queue model declares (``QueueOptions.groups``), none when
+    """The consumer groups a queue model declares (``QueueOptions.groups``), none when
     its options are invalid (see :func:`valid_options_of`)."""
     options = valid_options_of(model)
     return options.groups if options is not None else ()

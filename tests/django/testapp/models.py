@@ -1,6 +1,6 @@
 """Queue models for the tests: one with a field of every supported kind (and its twin that
 keeps done items), one minimal, a ring queue, a unique queue of each scope, and
-one with consumer groups."""
+one split queue and one ring queue with consumer groups."""
 
 from datetime import timedelta
 
@@ -80,6 +80,22 @@ class Tick(RingQueueModel):
         push_timeout = timedelta(milliseconds=50)
         max_attempts = 2
         lease = timedelta(seconds=5)  # the worker's sweeper runs once per lease time
+        backoff = Backoff(base=timedelta(0), cap=timedelta(0))  # a retry is due at once
+
+
+class FanoutTick(RingQueueModel):
+    """A small ring with consumer groups (fan-out): each message is delivered to "email" and
+    to "search", each group with its own state of every slot, side table and pop counter."""
+
+    subject = models.CharField(max_length=100)
+    note = models.TextField(null=True)  # noqa: DJ001 - a nullable payload field
+
+    class QueueOptions:
+        capacity = 8
+        groups = ("email", "search")
+        push_timeout = timedelta(milliseconds=50)
+        max_attempts = 2
+        lease = timedelta(seconds=5)
         backoff = Backoff(base=timedelta(0), cap=timedelta(0))  # a retry is due at once
 
 
