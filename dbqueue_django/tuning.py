@@ -14,6 +14,7 @@ from django.db import connections, router
 from dbqueue.dialects.base import Dialect
 from dbqueue.errors import InvalidSpec, UnsupportedDatabase
 from dbqueue.schema import (
+    group_state_storage_parameters,
     ring_storage_tables,
     ring_tuning_statements,
     set_statements,
@@ -34,7 +35,12 @@ def _statements(spec: QueueSpec, dialect: Dialect, ring: bool, existing: set[str
         stored = {table for table, _ in ring_storage_tables(spec)}
         segmented = stored != {spec.table}
         matches = stored <= existing and (spec.segment_table(0) in existing) == segmented
-        return ring_tuning_statements(spec, dialect) if matches else []
+        if not matches:
+            return []
+        # Each consumer group's state table as it exists (see the split queue's below).
+        groups = [g for g in spec.group_specs if g.state_table in existing]
+        storage = [p for g in groups for p in group_state_storage_parameters(g, dialect)]
+        return ring_tuning_statements(spec, dialect) + set_statements(storage, dialect)
     if spec.fans_out:
         # Each consumer group's table as it exists: a group added or removed by a migration
         # not yet applied is left for the next migrate.

@@ -42,7 +42,7 @@ def each_queue(
     out: list[tuple[type[BaseQueueModel], str, Any]] = []
     for model in models:
         queue: Any = model.queue.using(alias) if alias else model.queue
-        groups = () if model.queue_layout == "ring" else groups_of(model)
+        groups = groups_of(model)
         if not groups:
             out.append((model, model._meta.label, queue))
         for group in groups:
