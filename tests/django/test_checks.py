@@ -329,7 +329,7 @@ def test_a_queue_model_routed_to_an_unsupported_database_is_e002() -> None:
         del connections["legacy"]
     assert {e.id for e in errors} == {"dbqueue.E002"}
     assert sorted(e.obj.__name__ for e in errors) == [
-        "FanoutJob", "Job", "KeptJob", "Ping", "QueuedUniqueJob", "RingJob", "StoredUniqueJob",
-        "Tick", "UniqueJob",
+        "FanoutJob", "FanoutTick", "Job", "KeptJob", "Ping", "QueuedUniqueJob", "RingJob",
+        "StoredUniqueJob", "Tick", "UniqueJob",
     ]  # fmt: skip
     assert all("'legacy'" in e.msg and "router" in (e.hint or "") for e in errors)
