@@ -47,7 +47,53 @@ from dbqueue_django.executor import DjangoExecutor, dialect_for
 PURPOSE = "seq"
 
 
-class RingSlots(models.Index):
+class FillingIndex(models.Index):
+    """An index on ``seq`` whose creation fills its table with rows and counters the core's
+    statements make (:meth:`fill`), and whose removal empties the table and undoes them
+    (:meth:`unfill`): what Django's migrations cannot say otherwise."""
+
+    def copied(self, model: type[models.Model]) -> bool:
+        """Whether ``model`` is SQLite's copy of the table (``new__<table>``), which gets the
+        plain index: see :meth:`RingSlots.copied`."""
+        raise NotImplementedError
+
+    def fill(self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor) -> list[str]:
+        """The statements that fill ``model``'s new (or emptied) table."""
+        raise NotImplementedError
+
+    def unfill(
+        self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor
+    ) -> list[str]:
+        """The statements run after the table is emptied, when the index is removed."""
+        raise NotImplementedError
+
+    def create_sql(
+        self,
+        model: type[models.Model],
+        schema_editor: BaseDatabaseSchemaEditor,
+        using: str = "",
+        **kwargs: Any,
+    ) -> Statement:
+        if self.copied(model):
+            return super().create_sql(model, schema_editor, using=using, **kwargs)
+        statements = self.fill(model, schema_editor)
+        return Statement("%(sql)s", sql=run_all_but_last(schema_editor, statements))
+
+    def remove_sql(
+        self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor, **kwargs: Any
+    ) -> str:
+        connection = schema_editor.connection
+        table = model._meta.db_table
+        unfill = self.unfill(model, schema_editor)  # before anything runs: it may refuse
+        statements = list(connection.ops.sql_flush(no_style(), [table], reset_sequences=False))
+        statements += unfill
+        with connection.cursor() as cursor:
+            if self.name in connection.introspection.get_constraints(cursor, table):
+                statements.append(str(super().remove_sql(model, schema_editor, **kwargs)))
+        return run_all_but_last(schema_editor, statements)
+
+
+class RingSlots(FillingIndex):
     """The slots, counters and storage settings of a ring table (see the module docstring)."""
 
     def __init__(self, *, capacity: int, name: str) -> None:
@@ -67,41 +113,26 @@ class RingSlots(models.Index):
         """The core spec of ``model``'s ring as far as its tables go (no payload needed)."""
         return QueueSpec(model._meta.db_table, (), QueueOptions(capacity=self.capacity))
 
-    def _copied(self, model: type[models.Model]) -> bool:
+    def copied(self, model: type[models.Model]) -> bool:
         # SQLite changes a table by creating "new__<table>", copying the rows and renaming it:
         # the slots come along with the rows and the counters are left alone, so only the
         # index on seq is built again, as Django builds its own indexes on the copy.
         return self.name != index_name(model._meta.db_table, PURPOSE)
 
-    def create_sql(
-        self,
-        model: type[models.Model],
-        schema_editor: BaseDatabaseSchemaEditor,
-        using: str = "",
-        **kwargs: Any,
-    ) -> Statement:
-        if self._copied(model):
-            return super().create_sql(model, schema_editor, using=using, **kwargs)
-        statements = fill_statements(schema_editor.connection, self.spec(model))
-        return Statement("%(sql)s", sql=run_all_but_last(schema_editor, statements))
+    def fill(self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor) -> list[str]:
+        return fill_statements(schema_editor.connection, self.spec(model))
 
-    def remove_sql(
-        self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor, **kwargs: Any
-    ) -> str:
+    def unfill(
+        self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor
+    ) -> list[str]:
         connection = schema_editor.connection
-        table = model._meta.db_table
         if not schema_editor.collect_sql:  # sqlmigrate only shows the SQL
             check_empty(connection, self.spec(model))
-        statements = list(connection.ops.sql_flush(no_style(), [table], reset_sequences=False))
-        statements += ring_plain_statements(self.spec(model), dialect_for(connection))
-        with connection.cursor() as cursor:
-            if self.name in connection.introspection.get_constraints(cursor, table):
-                statements.append(str(super().remove_sql(model, schema_editor, **kwargs)))
         # The counters stay: create_sql reads the next number from them, then replaces them.
-        return run_all_but_last(schema_editor, statements)
+        return ring_plain_statements(self.spec(model), dialect_for(connection))
 
 
-class RingGroupRows(models.Index):
+class RingGroupRows(FillingIndex):
     """What a consumer group's state table of a ring needs besides its columns
     (:func:`dbqueue.schema.group_ring_fill_statements`): its storage parameters (PostgreSQL)
     or index on ``seq`` (SQLite, where it is this very index), the group's pop counter started
@@ -140,30 +171,16 @@ class RingGroupRows(models.Index):
         """The group's core spec (see :meth:`group_spec`)."""
         return self.group_spec(self.ring, self.group, self.capacity)
 
-    def create_sql(
-        self,
-        model: type[models.Model],
-        schema_editor: BaseDatabaseSchemaEditor,
-        using: str = "",
-        **kwargs: Any,
-    ) -> Statement:
-        if model._meta.db_table != self.spec.state_table:  # SQLite's copy: see RingSlots
-            return super().create_sql(model, schema_editor, using=using, **kwargs)
-        dialect = dialect_for(schema_editor.connection)
-        statements = group_ring_fill_statements(self.spec, dialect)
-        return Statement("%(sql)s", sql=run_all_but_last(schema_editor, statements))
+    def copied(self, model: type[models.Model]) -> bool:
+        return model._meta.db_table != self.spec.state_table
 
-    def remove_sql(
-        self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor, **kwargs: Any
-    ) -> str:
-        connection = schema_editor.connection
-        table = model._meta.db_table
-        statements = list(connection.ops.sql_flush(no_style(), [table], reset_sequences=False))
-        statements += drop_group_counter_statements(self.spec, dialect_for(connection))
-        with connection.cursor() as cursor:
-            if self.name in connection.introspection.get_constraints(cursor, table):
-                statements.append(str(super().remove_sql(model, schema_editor, **kwargs)))
-        return run_all_but_last(schema_editor, statements)
+    def fill(self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor) -> list[str]:
+        return group_ring_fill_statements(self.spec, dialect_for(schema_editor.connection))
+
+    def unfill(
+        self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor
+    ) -> list[str]:
+        return drop_group_counter_statements(self.spec, dialect_for(schema_editor.connection))
 
 
 def run_all_but_last(schema_editor: BaseDatabaseSchemaEditor, statements: list[str]) -> str:

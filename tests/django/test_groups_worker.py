@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -25,20 +26,29 @@ pytestmark = [
 GROUPS = ("email", "search")
 
 
+@contextmanager
+def group_handlers(model: type[Any], groups: tuple[str, ...]) -> Iterator[list[tuple[str, str]]]:
+    """A handler per group of ``model``, recording (group, subject); unregistered after."""
+    seen: list[tuple[str, str]] = []
+    for group in groups:
+
+        def record(item: Any, group: str = group) -> None:
+            seen.append((group, item.subject))
+
+        record.__qualname__ = f"record_{group}"
+        handler(model, group=group)(record)
+    try:
+        yield seen
+    finally:
+        for group in groups:
+            unregister(model, group)
+
+
 @pytest.fixture
 def handled() -> Iterator[list[tuple[str, str]]]:
     """A handler per group of FanoutJob, recording (group, subject); unregistered after."""
-    seen: list[tuple[str, str]] = []
-    for group in GROUPS:
-
-        def record(job: FanoutJob, group: str = group) -> None:
-            seen.append((group, job.subject))
-
-        record.__qualname__ = f"record_{group}"
-        handler(FanoutJob, group=group)(record)
-    yield seen
-    for group in GROUPS:
-        unregister(FanoutJob, group)
+    with group_handlers(FanoutJob, GROUPS) as seen:
+        yield seen
 
 
 def run(command: str, *args: str) -> str:

@@ -24,9 +24,8 @@ from django.db.migrations.writer import MigrationWriter
 
 from dbqueue.errors import InvalidArgument, UnsupportedOperation
 from dbqueue.ring import RingQueue, item_state
-from dbqueue.schema import create_ring_statements, drop_ring_statements
 from dbqueue.spec import QueueSpec
-from dbqueue_django.executor import DjangoExecutor, dialect_for
+from dbqueue_django.executor import DjangoExecutor
 from dbqueue_django.models import RingQueueModel
 from dbqueue_django.ring_queue import RingDjangoGroupQueue
 from dbqueue_django.slots import RingGroupRows
@@ -34,7 +33,7 @@ from dbqueue_django.upkeep import note_rings, restore_rings
 from tests.django.test_async_queue import run
 from tests.django.test_groups import tables
 from tests.django.test_parity import columns, indexes, numeric_defaults, query
-from tests.django.test_ring_parity import counter, slot_shape
+from tests.django.test_ring_parity import core_ring_copy, counter, slot_shape
 from tests.django.test_unique_migrations import Applied
 from tests.django.testapp.models import FanoutTick
 
@@ -107,15 +106,8 @@ def test_a_grouped_ring_gets_a_state_and_a_side_model_per_group() -> None:
 def core_ring(alias: str) -> Iterator[QueueSpec]:
     """The core's grouped ring for FanoutTick's spec, named ``parity_fanouttick``, on
     ``alias``."""
-    spec = QueueSpec(CORE, FanoutTick.queue.spec.fields, FanoutTick.queue.spec.options)
-    dialect = dialect_for(connections[alias])
-    with connections[alias].cursor() as cursor:
-        for statement in create_ring_statements(spec, dialect):
-            cursor.execute(statement)
-    yield spec
-    with connections[alias].cursor() as cursor:
-        for statement in drop_ring_statements(spec, dialect):
-            cursor.execute(statement)
+    with core_ring_copy(alias, FanoutTick.queue.spec, CORE) as spec:
+        yield spec
 
 
 def test_each_groups_state_table_agrees_with_the_core(alias: str, core_ring: QueueSpec) -> None:
@@ -151,23 +143,13 @@ def test_each_groups_pop_counter_agrees_with_the_core(alias: str, core_ring: Que
 
 
 @pytest.mark.postgresql
-def test_the_state_tables_get_the_core_storage_parameters() -> None:
-    alias = "default"
-    spec = QueueSpec(CORE, FanoutTick.queue.spec.fields, FanoutTick.queue.spec.options)
+@pytest.mark.parametrize("alias", ["default"])
+def test_the_state_tables_get_the_core_storage_parameters(alias: str, core_ring: QueueSpec) -> None:
     sql = "SELECT reloptions FROM pg_class WHERE relname = %s"
-    dialect = dialect_for(connections[alias])
-    with connections[alias].cursor() as cursor:
-        for statement in create_ring_statements(spec, dialect):
-            cursor.execute(statement)
-    try:
-        for group in GROUPS:
-            django = query(alias, sql, [f"{TABLE}_ring_{group}"])
-            assert django == query(alias, sql, [f"{CORE}_ring_{group}"])
-            assert "fillfactor=50" in django[0][0]
-    finally:
-        with connections[alias].cursor() as cursor:
-            for statement in drop_ring_statements(spec, dialect):
-                cursor.execute(statement)
+    for group in GROUPS:
+        django = query(alias, sql, [f"{TABLE}_ring_{group}"])
+        assert django == query(alias, sql, [f"{CORE}_ring_{group}"])
+        assert "fillfactor=50" in django[0][0]
 
 
 # -- migrations ----------------------------------------------------------------------------
@@ -248,22 +230,13 @@ def test_adding_a_group_creates_its_models_counter_and_rows(alias: str) -> None:
             assert f"{TABLE}_pop_audit" in pop_counters(alias)
             spec = FanoutTick.queue.spec
             grown = replace(spec, options=replace(spec.options, groups=(*GROUPS, "audit")))
-            core = QueueSpec(CORE, spec.fields, grown.options)
-            dialect = dialect_for(connections[alias])
-            with connections[alias].cursor() as cursor:
-                for statement in create_ring_statements(core, dialect):
-                    cursor.execute(statement)
-            try:
+            with core_ring_copy(alias, grown, CORE):
                 django_table, core_table = f"{TABLE}_ring_audit", f"{CORE}_ring_audit"
                 assert columns(alias, django_table) == columns(alias, core_table)
                 purposes = state_indexes(alias)
                 assert indexes(alias, django_table, purposes) == indexes(
                     alias, core_table, purposes
                 )
-            finally:
-                with connections[alias].cursor() as cursor:
-                    for statement in drop_ring_statements(core, dialect):
-                        cursor.execute(statement)
             # The new group receives what is pushed from then on (by a process declaring it),
             # the others everything.
             ex = DjangoExecutor(alias)

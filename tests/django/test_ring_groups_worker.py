@@ -12,12 +12,10 @@ from typing import Any
 import pytest
 from django.core.management import CommandError
 
-from dbqueue_django import handler
-from dbqueue_django.handlers import unregister
 from dbqueue_django.worker import DjangoWorkerQueue
 from dbqueue_django.worker_rows import QueueWorker
 from tests.django.commands import run_command
-from tests.django.test_groups_worker import run
+from tests.django.test_groups_worker import group_handlers, run
 from tests.django.test_ring_groups import GROUPS, drain
 from tests.django.testapp.models import FanoutTick
 
@@ -31,17 +29,8 @@ pytestmark = [
 def handled(alias: str) -> Iterator[list[tuple[str, str]]]:
     """A handler per group of FanoutTick, recording (group, subject); unregistered and the
     ring drained after."""
-    seen: list[tuple[str, str]] = []
-    for group in GROUPS:
-
-        def record(tick: FanoutTick, group: str = group) -> None:
-            seen.append((group, tick.subject))
-
-        record.__qualname__ = f"record_{group}"
-        handler(FanoutTick, group=group)(record)
-    yield seen
-    for group in GROUPS:
-        unregister(FanoutTick, group)
+    with group_handlers(FanoutTick, GROUPS) as seen:
+        yield seen
     drain(alias)
 
 

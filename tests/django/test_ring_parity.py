@@ -9,6 +9,7 @@ and the storage parameters (PostgreSQL).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -28,18 +29,28 @@ pytestmark = [
 DJANGO, CORE = "testapp_tick", "parity_tick"
 
 
-@pytest.fixture
-def core_ring(alias: str) -> Iterator[QueueSpec]:
-    """The core's ring for Tick's spec, named ``parity_tick``, on ``alias``."""
-    spec = QueueSpec(CORE, Tick.queue.spec.fields, Tick.queue.spec.options)
+@contextmanager
+def core_ring_copy(alias: str, source: QueueSpec, table: str) -> Iterator[QueueSpec]:
+    """The core's ring (its consumer groups' tables too) for ``source``'s fields and options,
+    named ``table``, on ``alias``; dropped at the end."""
+    spec = QueueSpec(table, source.fields, source.options)
     dialect = dialect_for(connections[alias])
     with connections[alias].cursor() as cursor:
         for statement in create_ring_statements(spec, dialect):
             cursor.execute(statement)
-    yield spec
-    with connections[alias].cursor() as cursor:
-        for statement in drop_ring_statements(spec, dialect):
-            cursor.execute(statement)
+    try:
+        yield spec
+    finally:
+        with connections[alias].cursor() as cursor:
+            for statement in drop_ring_statements(spec, dialect):
+                cursor.execute(statement)
+
+
+@pytest.fixture
+def core_ring(alias: str) -> Iterator[QueueSpec]:
+    """The core's ring for Tick's spec, named ``parity_tick``, on ``alias``."""
+    with core_ring_copy(alias, Tick.queue.spec, CORE) as spec:
+        yield spec
 
 
 def counter(alias: str, name: str) -> tuple[Any, ...]:
