@@ -33,7 +33,12 @@ from dbqueue_django.models import (
     TaskItem,
     queue_models,
 )
-from dbqueue_django.ring_admin import RingFailedAdmin, RingQueueModelAdmin, ring_overview
+from dbqueue_django.ring_admin import (
+    GroupedRingQueueModelAdmin,
+    RingFailedAdmin,
+    RingQueueModelAdmin,
+    ring_overview,
+)
 from dbqueue_django.spec import groups_of
 from dbqueue_django.split_admin import GroupedQueueModelAdmin, QueueModelAdmin
 from dbqueue_django.task_item_admin import TaskItemAdmin
@@ -155,9 +160,11 @@ def register_queue_models(site: admin.AdminSite | None = None) -> None:
     site = site or admin.site
     for model in queue_models():
         if issubclass(model, RingQueueModel):
+            grouped = bool(model.queue_group_models)
             pairs: list[tuple[Any, Any]] = [
-                (model, RingQueueModelAdmin),
+                (model, GroupedRingQueueModelAdmin if grouped else RingQueueModelAdmin),
                 (model.failed_model, RingFailedAdmin),
+                *((side, RingFailedAdmin) for side in model.queue_group_failed_models.values()),
             ]
         else:
             pairs = [(model, split_admin_for(model))]

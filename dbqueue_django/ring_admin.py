@@ -19,7 +19,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from dbqueue.message import State
 from dbqueue.ring import SlotState
@@ -32,8 +32,10 @@ from dbqueue_django.admin_common import (
     time_column,
 )
 from dbqueue_django.admin_filters import ErrorClassFilter
-from dbqueue_django.ring_model import SIDE_STATES, SLOT_STATES
+from dbqueue_django.ring_model import SIDE_STATES, SLOT_STATES, group_relation
+from dbqueue_django.ring_queue import group_slots
 from dbqueue_django.spec import payload_fields
+from dbqueue_django.split_admin import GroupChoice, GroupFilter
 
 
 def occupancy_text(stats: dict[str, Any]) -> str:
@@ -41,10 +43,12 @@ def occupancy_text(stats: dict[str, Any]) -> str:
     return f"{stats['in_slots']} / {stats['capacity']} ({stats['occupancy']:.0%})"
 
 
-def ring_counts(site: admin.AdminSite, ring: Any, stats: dict[str, Any]) -> list[Count]:
-    """The figures above a ring's lists (slots or failed)."""
+def ring_counts(
+    site: admin.AdminSite, ring: Any, stats: dict[str, Any], group: str | None = None
+) -> list[Count]:
+    """The figures above a ring's lists (slots or failed; of consumer group ``group``'s)."""
     expired = f"{stats['expired']} expired" if stats["expired"] else ""
-    failed_url = changelist_url_for(site, ring.failed_model)
+    failed_url = changelist_url_for(site, side_model(ring, group))
     spilled = stats.get("spilled", 0)
     spilled_url = f"{failed_url}?state={int(SideState.SPILLED)}" if failed_url else None
     return [
@@ -82,6 +86,7 @@ PUSHED_AT = time_column("pushed_at", "pushed at")
 LEASE_UNTIL = time_column("lease_until", "lease until")
 FAILED_AT = time_column("failed_at", "failed at")
 RUN_AT = time_column("run_at", "run at")
+GROUP_LEASE_UNTIL = time_column("group_lease_until", "lease until")
 
 
 class RingStateFilter(admin.SimpleListFilter):
@@ -95,7 +100,11 @@ class RingStateFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
-        return queryset.filter(state=int(value)) if value and value.isdigit() else queryset
+        if not value or not value.isdigit():
+            return queryset
+        # A ring with consumer groups lists the chosen group's states (group_slots).
+        grouped = "group_state" in queryset.query.annotations
+        return queryset.filter(**{"group_state" if grouped else "state": int(value)})
 
 
 class RingQueueModelAdmin(QueueTableAdmin):
@@ -129,6 +138,55 @@ class RingQueueModelAdmin(QueueTableAdmin):
 
     def queue_counts(self, request: HttpRequest, stats: dict[str, Any]) -> list[Count]:
         return ring_counts(self.admin_site, self.model, stats)
+
+
+class GroupedRingQueueModelAdmin(GroupChoice, RingQueueModelAdmin):
+    """The messages in the slots of a ring with consumer groups: the list, its counts and
+    state filter are of one group, chosen in the "consumer group" filter (the first by
+    default), as in :class:`~dbqueue_django.split_admin.GroupedQueueModelAdmin`; Delete
+    deletes messages from every group. Each group's failed messages are in its side model's
+    list (linked from the counts), where Retry acts on that group."""
+
+    list_filter = [GroupFilter, RingStateFilter]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        queryset: QuerySet[Any] = super(RingQueueModelAdmin, self).get_queryset(request)
+        return group_slots(queryset, self.group_of(request))
+
+    def get_search_fields(self, request: HttpRequest) -> list[str]:
+        return ["=seq", f"{group_relation(self.group_of(request))}__last_error"]
+
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
+        names = [f.name for f in payload_fields(self.model)][:LIST_PAYLOAD_FIELDS]
+        return ["message", *names, "group_state_text", "group_attempts_text", PUSHED_AT,
+                GROUP_LEASE_UNTIL, "error"]  # fmt: skip
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        names = [f.name for f in payload_fields(self.model)]
+        return ["message", "slot", *names, "group_state_text", "group_attempts_text",
+                "pushed_at", "group_lease", "traceback"]  # fmt: skip
+
+    def error_text(self, obj: Any) -> str | None:
+        return obj.group_error  # type: ignore[no-any-return]
+
+    # Not named after the slot's own fields, which the admin would show instead.
+    @admin.display(description="state", ordering="group_state")
+    def group_state_text(self, obj: Any) -> str:
+        return self.item_state(obj)
+
+    @admin.display(description="attempts", ordering="group_attempts")
+    def group_attempts_text(self, obj: Any) -> int:
+        return int(obj.group_attempts)
+
+    @admin.display(description="lease until")
+    def group_lease(self, obj: Any) -> Any:
+        return obj.group_lease_until or "-"
+
+    def item_state(self, obj: Any) -> str:
+        return dict(SLOT_STATES)[obj.group_state]
+
+    def queue_counts(self, request: HttpRequest, stats: dict[str, Any]) -> list[Count]:
+        return ring_counts(self.admin_site, self.model, stats, self.group_of(request))
 
 
 class SideStateFilter(admin.SimpleListFilter):
@@ -173,7 +231,20 @@ class RingFailedAdmin(QueueTableAdmin):
 
     @property
     def _queue(self) -> Any:
-        return self.model.ring_model.queue
+        """The ring's queue, or for a consumer group's side model the group's."""
+        queue = self.model.ring_model.queue
+        group = self.model.queue_group
+        return queue if group is None else queue.group(group)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if self._queue.spec.fans_out:
+            # A ring with consumer groups keeps here only what spilled before any group got
+            # it: the counts are each group's (on their lists), none is the ring's as a whole.
+            context = {**(extra_context or {}), "queue_counts": []}
+            return super(QueueTableAdmin, self).changelist_view(request, context)
+        return super().changelist_view(request, extra_context)
 
     def item_state(self, obj: Any) -> str:
         return dict(SIDE_STATES)[obj.state]
@@ -195,7 +266,7 @@ class RingFailedAdmin(QueueTableAdmin):
 
     def queue_counts(self, request: HttpRequest, stats: dict[str, Any]) -> list[Count]:
         ring = self.model.ring_model
-        return ring_counts(self.admin_site, ring, stats)
+        return ring_counts(self.admin_site, ring, stats, self.model.queue_group)
 
     @admin.action(description="Retry selected messages", permissions=["change"])
     def retry_messages(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:

@@ -97,6 +97,7 @@ def make_failed_model(
         "last_error": models.TextField(null=True, blank=True, editable=False),
         "queue_base_fields": FAILED_BASE_FIELDS,
         "ring_model": ring_model,
+        "queue_group": group,
         "__str__": lambda self: f"{self._meta.verbose_name} #{self.pk}",
     }
     # A payload field named like a failed column is refused by the spec (InvalidSpec).

@@ -122,20 +122,33 @@ class RingDjangoGroupQueue[M: models.Model](DjangoGroupQueue[M], RingDjangoQueue
         with the group's state of each: ``group_state`` ("ready" or "leased", what ``state``
         filters on), ``group_attempts``, ``group_lease_until`` and ``group_error`` (a slot's
         own ``state``, ``attempts``, ... are unused in a ring with groups)."""
-        relation = group_relation(self.name)
-        slots: Any = self.model._default_manager.using(self.alias)
-        queryset: models.QuerySet[M] = slots.annotate(
-            **{
-                f"group_{name}": models.F(f"{relation}__{column}")
-                for name, column in {
-                    "state": "state",
-                    "attempts": "attempts",
-                    "lease_until": "lease_until",
-                    "error": "last_error",
-                    "seq": "seq",
-                }.items()
-            }
-        ).exclude(group_state=SlotState.EMPTY)
+        slots: models.QuerySet[M] = self.model._default_manager.using(self.alias).all()
+        queryset = group_slots(slots, self.name)
         if state is not None:
             queryset = queryset.filter(group_state=item_state(state))
         return queryset.order_by("group_seq")
+
+
+#: What :func:`group_slots` annotates a slot with, from its consumer group's row: annotation
+#: (``group_<name>``) -> the state model's column.
+GROUP_COLUMNS = {
+    "state": "state",
+    "attempts": "attempts",
+    "lease_until": "lease_until",
+    "error": "last_error",
+    "seq": "seq",
+}
+
+
+def group_slots[Q: models.QuerySet[Any]](slots: Q, group: str) -> Q:
+    """``slots`` (a queryset of a ring model with consumer groups) holding a message for
+    ``group``, annotated with the group's row of each: ``group_state``, ``group_attempts``,
+    ``group_lease_until``, ``group_error`` and ``group_seq``."""
+    relation = group_relation(group)
+    annotated = slots.annotate(
+        **{
+            f"group_{name}": models.F(f"{relation}__{column}")
+            for name, column in GROUP_COLUMNS.items()
+        }
+    )
+    return annotated.exclude(group_state=SlotState.EMPTY)

@@ -268,16 +268,11 @@ class GroupFilter(admin.SimpleListFilter):
         return queryset  # GroupedQueueModelAdmin.get_queryset reads the group
 
 
-class GroupedQueueModelAdmin(QueueModelAdmin):
-    """The admin of a split queue with consumer groups (``QueueOptions.groups``): the list,
-    its counts, the state filter and the Retry, Cancel and Set priority actions are of one
-    group, chosen in the "consumer group" filter (the first by default); Delete deletes items
-    from every group. An item's page shows, and its Retry and Cancel buttons act on, the
-    group of the list it was opened from; opened without one, the first group that holds
-    the item (the page is then reloaded with that group chosen, so its buttons act on it)."""
+class GroupChoice:
+    """What the admin of a queue with consumer groups (split or ring) shares: the group a
+    request chose in the :class:`GroupFilter`, and that group's queue."""
 
-    list_filter = [GroupFilter, StateFilter]
-    date_hierarchy = None  # type: ignore[assignment] # the run_at of which group?
+    model: Any
 
     def group_of(self, request: HttpRequest) -> str:
         """The group ``request`` chose (``?group=``, or the list's filters kept by an item
@@ -289,6 +284,22 @@ class GroupedQueueModelAdmin(QueueModelAdmin):
 
     def queue_for(self, request: HttpRequest) -> Any:
         return self.model.queue.group(self.group_of(request))
+
+    def item_subtitle(self, request: HttpRequest, obj: Any) -> str | None:
+        # Django's subtitle (the item), and which group's state the page shows.
+        return f"{obj} — consumer group {self.group_of(request)}"
+
+
+class GroupedQueueModelAdmin(GroupChoice, QueueModelAdmin):
+    """The admin of a split queue with consumer groups (``QueueOptions.groups``): the list,
+    its counts, the state filter and the Retry, Cancel and Set priority actions are of one
+    group, chosen in the "consumer group" filter (the first by default); Delete deletes items
+    from every group. An item's page shows, and its Retry and Cancel buttons act on, the
+    group of the list it was opened from; opened without one, the first group that holds
+    the item (the page is then reloaded with that group chosen, so its buttons act on it)."""
+
+    list_filter = [GroupFilter, StateFilter]
+    date_hierarchy = None  # type: ignore[assignment] # the run_at of which group?
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         relation = meta_relation(self.group_of(request))
@@ -326,7 +337,3 @@ class GroupedQueueModelAdmin(QueueModelAdmin):
                 query["_changelist_filters"] = kept.urlencode()
                 return HttpResponseRedirect(f"{request.path}?{query.urlencode()}")
         return super().change_view(request, object_id, form_url, extra_context)
-
-    def item_subtitle(self, request: HttpRequest, obj: Any) -> str | None:
-        # Django's subtitle (the item), and which group's state the page shows.
-        return f"{obj} — consumer group {self.group_of(request)}"
