@@ -153,7 +153,9 @@ class RingGroupRows(FillingIndex):
         """The index of group ``group``'s state table of the ring table ``ring`` of
         ``capacity`` slots."""
         spec = cls.group_spec(ring, group, capacity)
-        return cls(ring=ring, group=group, capacity=capacity, name=spec.index_name(PURPOSE))
+        # Named after the state table, as the core names the group's index on seq.
+        name = index_name(spec.state_table, PURPOSE)
+        return cls(ring=ring, group=group, capacity=capacity, name=name)
 
     @staticmethod
     def group_spec(ring: str, group: str, capacity: int) -> QueueSpec:

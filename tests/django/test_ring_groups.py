@@ -24,7 +24,7 @@ from django.db.migrations.writer import MigrationWriter
 
 from dbqueue.errors import InvalidArgument, UnsupportedOperation
 from dbqueue.ring import RingQueue, item_state
-from dbqueue.spec import QueueSpec
+from dbqueue.spec import QueueSpec, index_name
 from dbqueue_django.executor import DjangoExecutor
 from dbqueue_django.models import RingQueueModel
 from dbqueue_django.ring_queue import RingDjangoGroupQueue
@@ -93,7 +93,7 @@ def test_a_grouped_ring_gets_a_state_and_a_side_model_per_group() -> None:
         assert side._meta.db_table == spec.failed_table
         (rows,) = state._meta.indexes
         assert rows == RingGroupRows.for_group(TABLE, group, 8)
-        assert rows.name == spec.index_name("seq")
+        assert rows.name == index_name(spec.state_table, "seq")
         assert [i.name for i in side._meta.indexes] == [spec.index_name("waiting")]
         # The side model keeps the declared nullability, as the ring's own failed model.
         assert not side._meta.get_field("subject").null and side._meta.get_field("note").null

@@ -139,10 +139,10 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='fanouttickring_email',
-            index=dbqueue_django.slots.RingGroupRows(capacity=8, group='email', name='dbq_96b2b23113_seq', ring='testapp_fanouttick'),
+            index=dbqueue_django.slots.RingGroupRows(capacity=8, group='email', name='dbq_a75c70a3f9_seq', ring='testapp_fanouttick'),
         ),
         migrations.AddIndex(
             model_name='fanouttickring_search',
-            index=dbqueue_django.slots.RingGroupRows(capacity=8, group='search', name='dbq_f28170e583_seq', ring='testapp_fanouttick'),
+            index=dbqueue_django.slots.RingGroupRows(capacity=8, group='search', name='dbq_dc064b5bde_seq', ring='testapp_fanouttick'),
         ),
     ]
