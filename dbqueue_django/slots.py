@@ -39,7 +39,7 @@ from dbqueue.schema import (
     group_ring_fill_statements,
     ring_plain_statements,
 )
-from dbqueue.spec import QueueOptions, QueueSpec, index_name
+from dbqueue.spec import GROUP_STATE_INFIX, QueueOptions, QueueSpec, index_name
 from dbqueue_django.executor import DjangoExecutor, dialect_for
 
 #: The purpose part of the index's name: ``dbq_<hash of the table>_seq``, the name the core
@@ -113,6 +113,17 @@ class RingSlots(FillingIndex):
         """The core spec of ``model``'s ring as far as its tables go (no payload needed)."""
         return QueueSpec(model._meta.db_table, (), QueueOptions(capacity=self.capacity))
 
+    def group_specs(self, model: type[models.Model]) -> list[QueueSpec]:
+        """The core spec of each consumer group of ``model``'s ring (a current or historical
+        model): the groups whose state model's key is a one-to-one to its slots."""
+        prefix = f"{model._meta.db_table}{GROUP_STATE_INFIX}"
+        related = [r.related_model._meta.db_table for r in model._meta.related_objects]
+        groups = tuple(t.removeprefix(prefix) for t in related if t.startswith(prefix))
+        spec = QueueSpec(
+            model._meta.db_table, (), QueueOptions(capacity=self.capacity, groups=groups)
+        )
+        return list(spec.group_specs)
+
     def copied(self, model: type[models.Model]) -> bool:
         # SQLite changes a table by creating "new__<table>", copying the rows and renaming it:
         # the slots come along with the rows and the counters are left alone, so only the
@@ -127,7 +138,10 @@ class RingSlots(FillingIndex):
     ) -> list[str]:
         connection = schema_editor.connection
         if not schema_editor.collect_sql:  # sqlmigrate only shows the SQL
-            check_empty(connection, self.spec(model))
+            # A ring with consumer groups holds what its groups' rows say (the slots' own
+            # states are the pushers'): each group must be empty.
+            for spec in self.group_specs(model) or [self.spec(model)]:
+                check_empty(connection, spec)
         # The counters stay: create_sql reads the next number from them, then replaces them.
         return ring_plain_statements(self.spec(model), dialect_for(connection))
 

@@ -22,7 +22,7 @@ from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.state import ModelState, ProjectState
 from django.db.migrations.writer import MigrationWriter
 
-from dbqueue.errors import InvalidArgument, UnsupportedOperation
+from dbqueue.errors import InvalidArgument, RingNotEmpty, UnsupportedOperation
 from dbqueue.ring import RingQueue, item_state
 from dbqueue.spec import QueueSpec, index_name
 from dbqueue_django.executor import DjangoExecutor
@@ -155,11 +155,12 @@ def test_the_state_tables_get_the_core_storage_parameters(alias: str, core_ring:
 # -- migrations ----------------------------------------------------------------------------
 
 
-def redeclared(groups: tuple[str, ...]) -> list[ModelState]:
+def redeclared(groups: tuple[str, ...], capacity: int = 8) -> list[ModelState]:
     """The migration states of FanoutTick declared again (in a registry of its own) with
-    these groups: the ring, its failed model and its groups' state and side models."""
+    these groups and capacity: the ring, its failed model and its groups' state and side
+    models."""
     registry = Apps(["tests.django.testapp"])
-    options = {"capacity": 8, "groups": groups, "max_attempts": 2}
+    options = {"capacity": capacity, "groups": groups, "max_attempts": 2}
     attrs: dict[str, Any] = {
         "__module__": __name__,
         "Meta": type("Meta", (), {"app_label": "testapp", "apps": registry}),
@@ -176,16 +177,18 @@ def redeclared(groups: tuple[str, ...]) -> list[ModelState]:
     return [ModelState.from_model(m) for m in (again, *generated)]
 
 
-def change(alias: str, groups: tuple[str, ...]) -> tuple[ProjectState, Migration]:
+def change(
+    alias: str, groups: tuple[str, ...], capacity: int = 8
+) -> tuple[ProjectState, Migration]:
     """The current migration state, and what makemigrations writes when FanoutTick declares
-    ``groups`` (the autodetector's own output)."""
+    ``groups`` and ``capacity`` (the autodetector's own output)."""
     loader = MigrationLoader(connections[alias])
     before = loader.project_state()
     after = before.clone()
     for name in [n for (app, n) in after.models if app == "testapp"]:
         if name.startswith(("fanouttickring_", "fanouttickside_")):
             del after.models["testapp", name]
-    for state in redeclared(groups):
+    for state in redeclared(groups, capacity):
         after.models["testapp", state.name_lower] = state
     detector = MigrationAutodetector(before.clone(), after)
     (migration,) = detector.changes(graph=loader.graph)["testapp"]
@@ -273,6 +276,50 @@ def test_removing_a_group_deletes_its_models_and_counter(alias: str) -> None:
             assert pop_counters(alias) == {f"{TABLE}_pop_email"}
     assert f"{TABLE}_ring_search" in tables(alias)
     assert pop_counters(alias) == {f"{TABLE}_pop_{g}" for g in GROUPS}
+
+
+def test_a_capacity_change_refills_each_groups_rows(alias: str) -> None:
+    ring, migration = change(alias, GROUPS, capacity=12)
+    assert {(type(op).__name__, op.model_name) for op in migration.operations} == {
+        (kind, model)
+        for kind in ("RemoveIndex", "AddIndex")
+        for model in ("fanouttick", "fanouttickring_email", "fanouttickring_search")
+    }
+    with Applied(alias, ring, migration):
+        spec = FanoutTick.queue.spec
+        resized = QueueSpec(TABLE, spec.fields, replace(spec.options, capacity=12))
+        for group in GROUPS:
+            state = f"{TABLE}_ring_{group}"
+            assert slot_shape(alias, state) == (12, {0}, {0})
+            assert query(alias, f'SELECT slot, seq FROM "{state}" ORDER BY slot') == query(
+                alias, f'SELECT slot, seq FROM "{TABLE}" ORDER BY slot'
+            )
+        assert pop_counters(alias) == {f"{TABLE}_pop_{g}" for g in GROUPS}
+        ex = DjangoExecutor(alias)
+        core = RingQueue(resized, ex.dialect)
+        number = core.push(ex, {"subject": "resized", "note": None})
+        for group in GROUPS:
+            popped = core.group(group).pop_batch(ex, 5)
+            assert [m.id for m in popped] == [number]
+            core.group(group).ack(ex, popped)
+    # Migrating back fills each group's rows before the slots are back (the operations run
+    # in reverse): post_migrate fills them again, as `migrate` sends it.
+    restore_rings(apps.get_app_config("testapp"), alias)
+    for group in GROUPS:
+        assert slot_shape(alias, f"{TABLE}_ring_{group}") == (8, {0}, {0})
+
+
+def test_a_capacity_change_refuses_a_ring_a_group_holds_messages_for(alias: str) -> None:
+    queue = FanoutTick.queue.using(alias)
+    queue.push(subject="held")
+    ring, migration = change(alias, GROUPS, capacity=12)
+    try:
+        with pytest.raises(RingNotEmpty, match="holds 1 message"):
+            Applied(alias, ring, migration).__enter__()
+        assert slot_shape(alias, f"{TABLE}_ring_email")[0] == 8  # nothing was changed
+        assert queue.group("email").count() == queue.group("search").count() == 1
+    finally:
+        drain(alias)
 
 
 # -- Model.queue.group ---------------------------------------------------------------------
