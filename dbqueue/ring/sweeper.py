@@ -25,6 +25,7 @@ from dbqueue.message import RescueResult, State
 from dbqueue.ring.base import RingBase
 from dbqueue.ring.states import ReturnRow, SweepRow
 from dbqueue.rows import NumberRow, StateRow
+from dbqueue.spec import WhenFull
 
 #: How long a pop, retry or release waits for another sweeper to let go of the queue's lock
 #: when messages are due in the side table (the sweeper's statements take milliseconds; a
@@ -64,9 +65,10 @@ class RingSweeper(RingBase):
             r, f = self._sweep_all(ex, operation, params)
             ready, failed = ready + r, failed + f
         returned = self.return_due(ex, batch=size)
-        if self._fan_out is not None:
+        if self._overflows:
             # A consumer group's sweeper also pushes the queue's overflow into the ring (its
             # spilled messages go to every group), under the queue's own lock.
+            assert self._fan_out is not None
             returned += self._fan_out.return_due(ex, batch=size)
         holes = 0
         if self._sequences:
@@ -89,6 +91,13 @@ class RingSweeper(RingBase):
             ready, failed = ready + moved, failed + buried
             if victims < size:
                 return ready, failed
+
+    @property
+    def _overflows(self) -> bool:
+        """Whether this is a consumer group of a ring whose own side table can hold messages:
+        only a push that spills writes there, so without ``when_full="spill"`` a group's pop
+        and sweep do not look (an idle group's every empty pop would run one more statement)."""
+        return self._fan_out is not None and self.spec.options.when_full_mode is WhenFull.SPILL
 
     def return_due(self, ex: Executor, *, batch: int | None = None) -> int:
         """Push the side table's due ready messages again at the tail (while slots are free);
@@ -134,7 +143,7 @@ class RingSweeper(RingBase):
         this call leaves nothing due and the lock free: the push sequence then runs ahead of
         the pop sequence (``ahead``), and the pop looks again.
         """
-        if self._fan_out is not None and self._fan_out.return_due(ex):
+        if self._overflows and self._fan_out is not None and self._fan_out.return_due(ex):
             return True  # the queue's overflow went into the ring: look again
         deadline = time.monotonic() + RETURN_PATIENCE
         result = self._return_due(ex)
