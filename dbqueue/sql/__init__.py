@@ -300,8 +300,17 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
 def ring_group_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     """Where a ring statement reads a message's payload: in the slot row ``t`` itself, or for
     a consumer group, whose statements run on its state table (``{ring}``), in the slot table
-    ``d`` joined by slot (a group's row holds a message only while the slot holds its payload:
-    a push writes both, and writes the slot again only once every group has settled it).
+    ``d`` joined by slot and number (a group's row holds a message only while the slot holds
+    its payload: a push writes both, and writes the slot again only once every group has
+    settled it).
+
+    The number matters on PostgreSQL: a statement that waited for a group's row re-checks its
+    conditions on the row's new version, but joins it with the slot table's row as its
+    snapshot saw it. A pusher that moved the slot's message aside and wrote its own there
+    leaves a row the waiting pop can take (its popper holding both numbers); joined by slot
+    alone, the pop took the new message with the old one's payload, and the new payload was
+    lost for that group (tests/core/test_ring_groups.py). Joined by number too, the re-check
+    fails and the popper takes the message at its next pop.
 
     - ``from_slots``/``and_slots``: the join of a pop's UPDATE (PostgreSQL);
     - ``join_slots``: the join of a SELECT of rows ``t``, and ``d_payload`` the payload it adds
@@ -324,8 +333,8 @@ def ring_group_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     return {
         "group_count": str(len(spec.options.groups)),
         "from_slots": f" FROM {slots} AS d",
-        "and_slots": " AND d.slot = t.slot",
-        "join_slots": f" JOIN {slots} AS d ON d.slot = t.slot",
+        "and_slots": " AND d.slot = t.slot AND d.seq = t.seq",
+        "join_slots": f" JOIN {slots} AS d ON d.slot = t.slot AND d.seq = t.seq",
         "d_payload": "".join(f", d.{q(f.name)}" for f in fields),
         "slot_columns": "".join(f", d.{q(f.name)}" for f in fields),
         "t_payload": "".join(f", {dialect.payload_select('d', f)}" for f in fields),

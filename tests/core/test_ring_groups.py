@@ -32,6 +32,7 @@ from dbqueue import (
 from dbqueue.drivers import executor_for
 from dbqueue.executor import Executor
 from dbqueue.ring import SlotState
+from dbqueue.ring.claims import Claim
 from dbqueue.ring.states import SideState
 from dbqueue.schema import create_ring_statements, drop_ring_statements, group_statements
 from tests.core.backends import BACKENDS, connect
@@ -323,6 +324,69 @@ def test_the_queue_pushes_and_its_groups_pop(bed: Bed) -> None:
 
 
 # -- concurrency (PostgreSQL) ------------------------------------------------------------------
+
+
+@pytest.mark.postgresql
+def test_a_pop_that_waited_for_a_pusher_takes_the_new_message_with_its_payload(
+    pg_dsn: str, table_name: str
+) -> None:
+    """A popper holding claims 0 and 4 (capacity 4) finds slot 0 holding 0, ready, while a
+    pusher of 4 moves 0 aside and writes 4 there. The popper's UPDATE waits for the pusher's row
+    lock and PostgreSQL re-checks it on the row as the pusher left it, with the slot table's row
+    as its snapshot saw it: a pop that joined the payload by slot alone took 4 with 0's
+    payload (the concurrency test lost a message this way). The join also matches the number,
+    so the pop takes nothing then, and 4 comes later with its own payload."""
+    conn = psycopg.connect(pg_dsn, autocommit=True)
+    bed = make_bed("postgresql", conn, table_name)
+    spec = bed.queue.spec
+    email = bed.group("email")
+    bed.queue.push(bed.ex, {"n": 0})
+    for name in ("search", "audit"):
+        drain(bed.group(name), bed.ex)
+    # Pushers took numbers 1 to 4; email claimed 0 and 4 and took neither yet.
+    for seq in (spec.push_seq, spec.for_group("email").pop_seq):
+        conn.execute(f"SELECT setval('\"{seq}\"', 4)")
+    email._claims.give_back([Claim(0, time.monotonic()), Claim(4, time.monotonic())])
+    pusher = psycopg.connect(pg_dsn)
+    # What ring_push_blocked writes for 4 once every group gave up slot 0 (email's copy is
+    # moved aside; left out here), left uncommitted while the popper comes.
+    for group in spec.group_specs:
+        pusher.execute(
+            f'UPDATE "{group.state_table}" SET seq = 4, state = %s, attempts = 0, '
+            "pushed_at = statement_timestamp() WHERE slot = 0",
+            [SlotState.READY],
+        )
+    pusher.execute(f'UPDATE "{spec.table}" SET seq = 4, n = 4 WHERE slot = 0')
+    popped: list[Any] = []
+    popper = psycopg.connect(pg_dsn, autocommit=True)
+    pop = threading.Thread(
+        target=lambda: popped.extend(email.pop_batch(executor_for(bed.queue.dialect, popper), 5))
+    )
+    pop.start()
+    for _ in range(3000):  # at most 30 s: the popper is starting
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'",
+            [popper.info.backend_pid],
+        ).fetchone()
+        if row and row[0]:
+            break
+        time.sleep(0.01)
+    else:
+        pytest.fail("the popper never waited for the pusher's row")
+    pusher.commit()
+    pop.join(30)
+    assert popped == [], "the re-check failed: 0's slot row no longer joins 4's row"
+    # With hole_timeout 0 the popper dropped its claims; 4 is stranded and the sweeper puts it
+    # aside and pushes it again, under a new number, with its own payload.
+    email.rescue(bed.ex)
+    assert [m.payload["n"] for m in email.pop_batch(bed.ex, 5)] == [4]
+    for name in ("search", "audit"):
+        assert [(m.id, m.payload["n"]) for m in bed.group(name).pop_batch(bed.ex, 5)] == [(4, 4)]
+    for c in (pusher, popper):
+        c.close()
+    for statement in drop_ring_statements(spec, bed.queue.dialect):
+        conn.execute(statement)
+    conn.close()
 
 
 @pytest.mark.postgresql
