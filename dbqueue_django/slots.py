@@ -191,7 +191,15 @@ class RingGroupRows(FillingIndex):
         return model._meta.db_table != self.spec.state_table
 
     def fill(self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor) -> list[str]:
-        return group_ring_fill_statements(self.spec, dialect_for(schema_editor.connection))
+        dialect = dialect_for(schema_editor.connection)
+        # A counter already there is one a removed group left (Django 5.2 deletes the model
+        # without this index, and the counter waits for restore_rings after migrate, so a
+        # later migration of the same run that adds the group again finds it): the group's
+        # new rows start at the push counter, and so does a new counter.
+        return [
+            *drop_group_counter_statements(self.spec, dialect),
+            *group_ring_fill_statements(self.spec, dialect),
+        ]
 
     def unfill(
         self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor
