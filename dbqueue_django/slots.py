@@ -155,7 +155,8 @@ class RingGroupRows(FillingIndex):
     model (``<Model>Ring_<group>``), so ``makemigrations`` writes it with the model: adding a
     group to a ring is a migration creating its models. Removing it (with the group, or for a
     capacity change, whose new slots it is then added for again) empties the table and drops
-    the counter; a migration that deletes the model without it (Django 5.2) leaves the counter
+    the counter, and is refused (:class:`RingNotEmpty`) while the group holds messages; a
+    migration that deletes the model without it (Django 5.2) leaves the counter
     to :func:`dbqueue_django.upkeep.restore_rings`."""
 
     def __init__(self, *, ring: str, group: str, capacity: int, name: str) -> None:
@@ -204,7 +205,13 @@ class RingGroupRows(FillingIndex):
     def unfill(
         self, model: type[models.Model], schema_editor: BaseDatabaseSchemaEditor
     ) -> list[str]:
-        return drop_group_counter_statements(self.spec, dialect_for(schema_editor.connection))
+        connection = schema_editor.connection
+        if not schema_editor.collect_sql:  # sqlmigrate only shows the SQL
+            # The group's own messages live in these rows: a capacity change migrated back
+            # removes them first (the operations run in reverse, the ring's own check last),
+            # and so does the group's removal on Django 6. Neither may drop a message.
+            check_empty(connection, self.spec)
+        return drop_group_counter_statements(self.spec, dialect_for(connection))
 
 
 def run_all_but_last(schema_editor: BaseDatabaseSchemaEditor, statements: list[str]) -> str:
@@ -225,9 +232,11 @@ def fill_statements(connection: BaseDatabaseWrapper, spec: QueueSpec) -> list[st
 
 
 def check_empty(connection: BaseDatabaseWrapper, spec: QueueSpec) -> None:
-    """Raise :class:`RingNotEmpty` unless the ring holds no message."""
+    """Raise :class:`RingNotEmpty` unless the ring (or the consumer group ``spec`` is) holds
+    no message."""
+    group = "" if spec.group is None else f" --group {spec.group}"
     RingQueue(spec, dialect_for(connection)).check_empty(
         DjangoExecutor(connection.alias),
-        worker="manage.py runqueueworker <app_label.Model>",
+        worker=f"manage.py runqueueworker <app_label.Model>{group}",
         then="run migrate again (see the ring queue how-to)",
     )

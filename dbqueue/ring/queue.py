@@ -126,14 +126,25 @@ class RingQueue(RingPush, RingPop, RingSweeper):
             spilled = (
                 f" ({stats.spilled} of them spilled, in its overflow)" if stats.spilled else ""
             )
+            group = self.spec.group
+            whose = (
+                f"consumer group {group!r} of ring queue {self.spec.table!r}"
+                if group is not None
+                else f"ring queue {self.spec.table!r}"
+            )
+            replaced = (
+                "its rows of the slots can only be replaced (a capacity change) or removed "
+                "(the group's removal)"
+                if group is not None
+                else f"its {stats.capacity} slots can only be replaced (a capacity change)"
+            )
             raise RingNotEmpty(
-                f"ring queue {self.spec.table!r} holds {held} message(s) ({stats.ready} ready"
-                f"{spilled}, {stats.leased} leased, {stats.scheduled} waiting to be retried): its "
-                f"{stats.capacity} slots can only be replaced (a capacity change) while it is "
-                f"empty. Nothing was changed. Drain it first: stop its producers, let the "
-                f"workers empty it ({worker} --burst, run from the code that still declares "
-                f"the ring's current capacity: a worker that declares the new one refuses this "
-                f"table), then {then}"
+                f"{whose} holds {held} message(s) ({stats.ready} ready{spilled}, "
+                f"{stats.leased} leased, {stats.scheduled} waiting to be retried): {replaced} "
+                f"while it is empty. Nothing was changed. Drain it first: stop its producers, "
+                f"let the workers empty it ({worker} --burst, run from the code that still "
+                f"declares the ring's current capacity: a worker that declares the new one "
+                f"refuses this table), then {then}"
             )
 
     def check(self, ex: Executor) -> None:
