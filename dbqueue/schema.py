@@ -514,6 +514,20 @@ def drop_ring_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
     return drop_tables + counters
 
 
+def group_ring_empty_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
+    """What undoes :func:`group_ring_fill_statements` on a ring group's tables (``spec``, a
+    group's), which stay: its state rows deleted, its index on ``seq`` (SQLite) and its pop
+    counter dropped. A capacity change runs it before the slots are replaced, and the fill
+    after."""
+    q = dialect.quote
+    return [
+        f"DELETE FROM {q(spec.state_table)}",
+        # Only SQLite has it; IF EXISTS keeps this dialect-neutral.
+        f"DROP INDEX IF EXISTS {q(index_name(spec.state_table, 'seq'))}",
+        *drop_group_counter_statements(spec, dialect),
+    ]
+
+
 def drop_group_counter_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
     """DROP statement for a ring's consumer group's pop counter (``spec``, a group's)."""
     kind = "SEQUENCE" if dialect.supports_storage_parameters else "TABLE"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,6 +23,7 @@ from dbqueue.schema import (
     Parameters,
     drop_group_counter_statements,
     drop_ring_counter_statements,
+    group_ring_empty_statements,
     group_ring_fill_statements,
     reset_statements,
     ring_plain_statements,
@@ -64,29 +66,26 @@ def slot_count(connection: sa.Connection, table: str) -> int:
 
 
 def check_empty(connection: sa.Connection, spec: QueueSpec) -> None:
-    """Raise :class:`RingNotEmpty` unless the ring holds no message."""
+    """Raise :class:`RingNotEmpty` unless the ring (or the consumer group ``spec`` is) holds
+    no message."""
+    group = "" if spec.group is None else f" --group {spec.group}"
     RingQueue(spec, core_dialect(connection.dialect.name)).check_empty(
         SAExecutor(connection),
-        worker="dbqueue worker ...",
+        worker=f"dbqueue worker ...{group}",
         then="run the migration again (see the Alembic how-to, 'Change a ring's capacity')",
     )
 
 
-def refuse_groups(connection: sa.Connection, table: str) -> None:
-    """CommandError if the ring ``table`` has consumer groups (found by their tables): its
-    capacity cannot change while each group keeps a row per slot."""
-    names = sa.inspect(connection).get_table_names()
-    related = discovery.related_tables(table, names)
-    columns = {
-        name: [c["name"] for c in sa.inspect(connection).get_columns(name)] for name in related
-    }
-    groups = discovery.groups_of(table, columns)
-    if groups:
-        raise CommandError(
-            f"alter_queue_ring({table!r}): the ring has consumer groups ({', '.join(groups)}), "
-            f"each with a row per slot, and its capacity cannot change with them: remove the "
-            f"groups (a migration), change the capacity, then add them again"
-        )
+def ring_groups(connection: sa.Connection, spec: QueueSpec) -> tuple[QueueSpec, ...]:
+    """The consumer groups of the ring ``spec`` names, found by their tables in the
+    database (a migration has no declaration to read them from), each as its group spec."""
+    inspector = sa.inspect(connection)
+    related = discovery.related_tables(spec.table, inspector.get_table_names())
+    columns = {name: [c["name"] for c in inspector.get_columns(name)] for name in related}
+    groups = discovery.groups_of(spec.table, columns)
+    if not groups:
+        return ()
+    return QueueSpec(spec.table, (), replace(spec.options, groups=groups)).group_specs
 
 
 def fill_statements(
@@ -225,9 +224,11 @@ class AlterQueueRingOp(QueueOp):
     ) -> None:
         """Replace the ``existing_capacity`` slots of the ring table ``table_name`` by
         ``capacity`` new ones, numbered on above every number its counters handed out (so no
-        new message takes the number of one still in the failed table). Raises
-        :class:`RingNotEmpty`, changing nothing, while the ring holds messages. Needs the
-        database: refused offline (``--sql``)."""
+        new message takes the number of one still in the failed table). A ring with
+        consumer groups (found by their tables) gives each group its rows of the new slots
+        and a new pop counter. Raises :class:`RingNotEmpty`, changing nothing, while the
+        ring (any of its groups) holds messages. Needs the database: refused offline
+        (``--sql``)."""
         operations.invoke(cls(table_name, capacity, existing_capacity))
 
     def arguments(self) -> dict[str, Any]:
@@ -446,10 +447,19 @@ def _alter_queue_ring(operations: Operations, op: AlterQueueRingOp) -> None:
             f"the ring is empty and numbers the new slots on from its counters"
         )
     dialect = _dialect(operations)
-    refuse_groups(connection, op.table_name)
-    check_empty(connection, op.existing_spec)
-    _run(operations, empty_statements(op.spec, dialect))
+    existing = ring_groups(connection, op.existing_spec)
+    # A ring with consumer groups holds what its groups' rows say (the slots' own states are
+    # the pushers'): each group must be empty. Its rows and counter are then made again for
+    # the new slots, from the new push counter, as a group added to the ring gets them.
+    for spec in existing or (op.existing_spec,):
+        check_empty(connection, spec)
+    statements = empty_statements(op.spec, dialect)
+    for spec in existing:
+        statements.extend(group_ring_empty_statements(spec, dialect))
+    _run(operations, statements)
     _run(operations, fill_statements(connection, op.spec, dialect))
+    for spec in ring_groups(connection, op.spec):
+        _run(operations, group_ring_fill_statements(spec, dialect))
 
 
 @Operations.implementation_for(CreateQueueRingGroupOp)

@@ -3,7 +3,8 @@ on real PostgreSQL and SQLite: a new grouped ring gets its slot and side tables 
 group's state and side tables, then ``create_queue_ring`` and ``create_queue_ring_group`` per
 group; a group added later gets its tables and ``create_queue_ring_group`` only, and receives
 what is pushed from then on; a group removed is dropped with its counter; each downgrade undoes
-its upgrade, and a second autogenerate finds nothing to do."""
+its upgrade, and a second autogenerate finds nothing to do. A capacity change gives each
+group its rows of the new slots, and is refused while a group holds a message."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
-from alembic.util import CommandError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from dbqueue.errors import RingNotEmpty
 from dbqueue_sa import RingQueueMixin
 from tests.sqlalchemy.ring_fanout_jobs import Tick
 from tests.sqlalchemy.test_migrations import autogenerate, counters, migration_fixtures, ops_of
@@ -116,13 +117,49 @@ class Wider(TickColumns, RingQueueMixin, WiderBase):
     __queue_options__ = {**OPTIONS, "capacity": 8, "groups": ("trading",)}
 
 
-def test_a_capacity_change_of_a_ring_with_groups_is_refused(cfg: Config, db: sa.Engine) -> None:
+def rows(engine: sa.Engine, table: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.scalar(sa.text(f'SELECT count(*) FROM "{table}"')) or 0)
+
+
+def test_a_capacity_change_gives_each_group_its_rows_of_the_new_slots(
+    cfg: Config, db: sa.Engine
+) -> None:
     autogenerate(cfg, "0001")
     command.upgrade(cfg, "head")
+    with Session(db) as session:
+        old = OneGroup.queue.push(session, price=1)
+        session.commit()
     cfg.attributes["metadata"] = WiderBase.metadata
-    upgrade, _ = autogenerate(cfg, "0002")
-    assert "op.alter_queue_ring" in upgrade
-    with pytest.raises(CommandError, match=r"consumer groups \(trading\)"):
+    upgrade, downgrade = autogenerate(cfg, "0002")
+    assert f"op.alter_queue_ring('{TABLE}', capacity=8, existing_capacity=4)" in upgrade
+    assert f"op.alter_queue_ring('{TABLE}', capacity=4, existing_capacity=8)" in downgrade
+    # The trading group has not taken the message: nothing may change.
+    with pytest.raises(RingNotEmpty, match=r"consumer group 'trading' of ring queue 'sa_tick'"):
         command.upgrade(cfg, "head")
-    with db.connect() as conn:  # nothing changed
-        assert conn.scalar(sa.text(f'SELECT count(*) FROM "{TABLE}"')) == 4
+    assert (rows(db, TABLE), rows(db, f"{TABLE}_ring_trading")) == (4, 4)
+    with Session(db) as session:
+        trading = OneGroup.queue.group("trading")
+        taken = trading.pop_batch(session, 5)
+        assert [t.id for t in taken] == [old]
+        trading.ack(session, taken)
+        session.commit()
+    command.upgrade(cfg, "head")
+    assert (rows(db, TABLE), rows(db, f"{TABLE}_ring_trading")) == (8, 8)
+    assert f"{TABLE}_pop_trading" in counters(db)
+    with Session(db) as session:
+        new = [Wider.queue.push(session, price=p) for p in range(6)]  # more than 4 slots
+        session.commit()
+        trading = Wider.queue.group("trading")
+        taken = trading.pop_batch(session, 10)
+        assert [t.id for t in taken] == new and new[0] > old  # numbered on
+        trading.ack(session, taken)
+        session.commit()
+    command.check(cfg)
+    command.downgrade(cfg, "0001")
+    assert (rows(db, TABLE), rows(db, f"{TABLE}_ring_trading")) == (4, 4)
+    with Session(db) as session:
+        back = OneGroup.queue.push(session, price=3)
+        session.commit()
+        assert [t.id for t in OneGroup.queue.group("trading").pop_batch(session, 5)] == [back]
+        session.commit()
