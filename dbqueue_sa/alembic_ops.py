@@ -76,13 +76,17 @@ def check_empty(connection: sa.Connection, spec: QueueSpec) -> None:
     )
 
 
-def ring_groups(connection: sa.Connection, spec: QueueSpec) -> tuple[QueueSpec, ...]:
-    """The consumer groups of the ring ``spec`` names, found by their tables in the
-    database (a migration has no declaration to read them from), each as its group spec."""
+def ring_groups(connection: sa.Connection, table: str) -> tuple[str, ...]:
+    """The consumer groups of the ring ``table``, found by their tables in the database (a
+    migration has no declaration to read them from)."""
     inspector = sa.inspect(connection)
-    related = discovery.related_tables(spec.table, inspector.get_table_names())
+    related = discovery.related_tables(table, inspector.get_table_names())
     columns = {name: [c["name"] for c in inspector.get_columns(name)] for name in related}
-    groups = discovery.groups_of(spec.table, columns)
+    return discovery.groups_of(table, columns)
+
+
+def group_specs(spec: QueueSpec, groups: tuple[str, ...]) -> tuple[QueueSpec, ...]:
+    """Each of ``groups`` of the ring ``spec`` as its group spec (none without groups)."""
     if not groups:
         return ()
     return QueueSpec(spec.table, (), replace(spec.options, groups=groups)).group_specs
@@ -447,7 +451,8 @@ def _alter_queue_ring(operations: Operations, op: AlterQueueRingOp) -> None:
             f"the ring is empty and numbers the new slots on from its counters"
         )
     dialect = _dialect(operations)
-    existing = ring_groups(connection, op.existing_spec)
+    groups = ring_groups(connection, op.table_name)
+    existing = group_specs(op.existing_spec, groups)
     # A ring with consumer groups holds what its groups' rows say (the slots' own states are
     # the pushers'): each group must be empty. Its rows and counter are then made again for
     # the new slots, from the new push counter, as a group added to the ring gets them.
@@ -458,7 +463,7 @@ def _alter_queue_ring(operations: Operations, op: AlterQueueRingOp) -> None:
         statements.extend(group_ring_empty_statements(spec, dialect))
     _run(operations, statements)
     _run(operations, fill_statements(connection, op.spec, dialect))
-    for spec in ring_groups(connection, op.spec):
+    for spec in group_specs(op.spec, groups):
         _run(operations, group_ring_fill_statements(spec, dialect))
 
 
