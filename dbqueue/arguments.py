@@ -28,6 +28,18 @@ ATTEMPTS_MAX = 2**15 - 1
 #: The longest lease, delay or back-off: now plus it stays inside the range of every
 #: database's timestamps (and of Python's datetime, which computes it).
 MAX_DURATION = dt.timedelta(days=365_000)
+#: The latest ``run_at`` a push takes: an upper bound like the durations'. A fixed date, not
+#: "now + MAX_DURATION", so that a refusal is the same on every clock (SQLite's times are the
+#: client's, PostgreSQL's the server's) and in every test. 9000-01-01 UTC is far past any real
+#: schedule and keeps MAX_DURATION (about 999 years) and months more below Python's
+#: datetime.max (9999-12-31), the tightest limit (PostgreSQL's timestamps run to 294276): a
+#: run_at, anything computed from it by adding a duration dbqueue allows, its display in any
+#: time zone (UTC-12 to UTC+14), and Django admin's date drill-down (which computes the next
+#: year) all stay in range.
+MAX_RUN_AT = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
+#: The earliest instant a run_at may name: year 1 in UTC. An aware datetime early in year 1
+#: with an offset east of UTC is before it, and has no UTC time Python or a database reads back.
+MIN_RUN_AT = dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
 def positive(name: str, value: int | None, default: int) -> int:
@@ -54,6 +66,23 @@ def check_duration(name: str, value: object, *, zero: bool) -> dt.timedelta:
         raise InvalidArgument(
             f"{name} must be a {low} timedelta of at most {MAX_DURATION.days:,} days, "
             f"got {shown(value)}"
+        )
+    return value
+
+
+def check_run_at(name: str, value: object) -> dt.datetime:
+    """``value`` checked to be an aware datetime between :data:`MIN_RUN_AT` and
+    :data:`MAX_RUN_AT` (inclusive); ``name`` is the argument the error names."""
+    if not isinstance(value, dt.datetime) or value.utcoffset() is None:
+        raise InvalidArgument(f"{name} must be an aware datetime, got {shown(value)}")
+    # Aware datetimes compare as instants, without converting either (no overflow).
+    if value > MAX_RUN_AT:
+        raise InvalidArgument(
+            f"{name} must be at most {MAX_RUN_AT.isoformat(' ')}, got {shown(value)}"
+        )
+    if value < MIN_RUN_AT:
+        raise InvalidArgument(
+            f"{name} must be at least {MIN_RUN_AT.isoformat(' ')}, got {shown(value)}"
         )
     return value
 

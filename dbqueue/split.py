@@ -26,6 +26,7 @@ from dbqueue.arguments import (
     TokenLike,
     check_duration,
     check_priority,
+    check_run_at,
     fenced,
     positive,
     to_tokens,
@@ -184,10 +185,8 @@ class SplitQueue(Layout):
             raise InvalidArgument("pass delay= or run_at=, not both")
         if delay is not None:
             check_duration("delay", delay, zero=True)
-        if run_at is not None and (
-            not isinstance(run_at, dt.datetime) or run_at.utcoffset() is None
-        ):
-            raise InvalidArgument(f"run_at must be an aware datetime, got {shown(run_at)}")
+        if run_at is not None:
+            check_run_at("run_at", run_at)
         if self.dialect.client_clock:
             params = self._clock(run_at=delay or ZERO)
             if run_at is not None:

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import display_for_value
+from django.contrib.admin.views.main import ChangeList
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -27,8 +29,28 @@ LIST_PAYLOAD_FIELDS = 3
 ERROR_PREVIEW = 80
 
 
+def _local(value: dt.datetime) -> dt.datetime | None:
+    """``value`` in the current time zone (a naive one as it is); None if it has no time
+    there: within a day of the ends of Python's datetime range, e.g. a run_at near 9999
+    written by SQL outside dbqueue (a push refuses one past MAX_RUN_AT) seen east of UTC."""
+    if not timezone.is_aware(value):
+        return value
+    try:
+        return timezone.localtime(value)
+    except OverflowError:
+        return None
+
+
+def _as_stored(value: dt.datetime) -> str:
+    """A time that has no local time, shown as it is, in its own zone (named): a page that
+    holds one still opens."""
+    return f"{formats.localize(value.replace(tzinfo=None))} {value.tzname()}"
+
+
 def display_time(value: dt.datetime | None) -> str:
     """A time as the admin shows model fields: localised, in the current time zone."""
+    if value is not None and _local(value) is None:
+        return _as_stored(value)
     return str(display_for_value(value, "-"))
 
 
@@ -37,7 +59,9 @@ def list_time(value: dt.datetime | None) -> str:
     line (localised, in the current time zone)."""
     if value is None:
         return "-"
-    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    local = _local(value)
+    if local is None:
+        return format_html('<span class="dbqueue-when">{}</span>', _as_stored(value))
     # This year's dates without the year ("Nov. 27"): the column stays narrow.
     this_year = local.year == timezone.localtime().year
     day = formats.date_format(local, "N j" if this_year else "SHORT_DATE_FORMAT")
@@ -137,6 +161,16 @@ class QueueTableAdmin(ItemPageAdmin):
         if not error:
             return "-"
         return format_html('<pre class="dbqueue-traceback">{}</pre>', error)
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        try:
+            return super().get_changelist_instance(request)
+        except (OverflowError, ValueError) as exc:
+            # Django's date drill-down computes the end of the year, month or day chosen,
+            # past Python's datetime range for the last ones (9999 is offered when a time
+            # there was written by SQL outside dbqueue): the list opens without the choice,
+            # as Django's list does for any lookup it cannot run.
+            raise IncorrectLookupParameters(exc) from exc
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None

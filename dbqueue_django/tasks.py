@@ -41,7 +41,8 @@ from django.utils.crypto import get_random_string
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from dbqueue.errors import InvalidPayload, PayloadTooLarge
+from dbqueue.arguments import check_run_at
+from dbqueue.errors import InvalidArgument, InvalidPayload, PayloadTooLarge
 from dbqueue.message import State
 from dbqueue.worker import Chore
 from dbqueue_django.durations import duration_setting
@@ -96,6 +97,18 @@ class DBQueueBackend(BaseTaskBackend):
                 )
             )
         return errors
+
+    def validate_task(self, task: AnyTask) -> None:
+        """Django's checks of a task, and its ``run_after`` against the latest time a queue
+        item may be due (:data:`dbqueue.arguments.MAX_RUN_AT`): refused when the task is made
+        (``.using(run_after=...)``), as Django refuses a naive one, not at enqueue."""
+        super().validate_task(task)
+        # A naive run_after (USE_TZ = False) is left to the push, which refuses it.
+        if task.run_after is not None and timezone.is_aware(task.run_after):
+            try:
+                check_run_at("run_after", task.run_after)
+            except InvalidArgument as exc:
+                raise InvalidTask(f"{task.module_path}: {exc}") from exc
 
     def enqueue[**P, R](
         self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]

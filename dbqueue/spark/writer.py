@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
-from dbqueue.arguments import check_priority
+from dbqueue.arguments import check_priority, check_run_at
 from dbqueue.codec import Codec
 from dbqueue.discovery import FoundQueue
 from dbqueue.drivers.psycopg import PsycopgExecutor
@@ -268,10 +268,16 @@ def _column(batch: pa.RecordBatch, name: str, present: bool) -> list[Any]:
 
 
 def _schedule(priority: Any, run_at: Any) -> tuple[int | None, dt.datetime | None]:
-    """A row's own priority and due time (None: the publish uses 0 and now)."""
+    """A row's own priority and due time (None: the publish uses 0 and now), checked as
+    ``push`` checks them (a Spark timestamp runs to 9999, past MAX_RUN_AT)."""
     if priority is not None:
         try:
             check_priority(priority)
         except InvalidArgument as exc:
             raise InvalidPayload(f"column 'priority': {exc}") from None
+    if run_at is not None:
+        try:
+            check_run_at("run_at", run_at)
+        except InvalidArgument as exc:
+            raise InvalidPayload(f"column 'run_at': {exc}") from None
     return priority, run_at

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from dbqueue.arguments import MAX_RUN_AT
 from dbqueue.errors import InvalidArgument, InvalidPayload, NotLeased, PayloadTooLarge
 from tests.conformance.fronts import Front, Item
 
@@ -132,6 +133,29 @@ SCHEDULE_CASES = [
         ["not both"],
         id="delay-and-run-at",
     ),
+    # Past MAX_RUN_AT: near 9999, it has no time in a zone east of UTC (an admin's 500).
+    pytest.param(
+        {"run_at": dt.datetime(9999, 12, 31, 23, tzinfo=UTC)},
+        ["run_at", "at most 9000-01-01 00:00:00+00:00", "9999, 12, 31, 23"],
+        id="run-at-near-9999",
+    ),
+    pytest.param(
+        {"run_at": MAX_RUN_AT + dt.timedelta(microseconds=1)},
+        ["run_at", "at most 9000-01-01 00:00:00+00:00", "9000, 1, 1, 0, 0, 0, 1"],
+        id="run-at-past-the-bound",
+    ),
+    # The bound is an instant: 9000-01-01 at 01:00 at UTC+01:00 is the bound, 01:01 is not.
+    pytest.param(
+        {"run_at": dt.datetime(9000, 1, 1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1)))},
+        ["run_at", "at most 9000-01-01"],
+        id="run-at-past-the-bound-in-another-zone",
+    ),
+    # Before year 1 in UTC: no database nor Python reads it back.
+    pytest.param(
+        {"run_at": dt.datetime(1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1)))},
+        ["run_at", "at least 0001-01-01 00:00:00+00:00"],
+        id="run-at-before-year-1",
+    ),
 ]
 
 
@@ -150,6 +174,23 @@ def test_push_many_refuses_bad_scheduling(
     front = split_stored[0]
     rows = [{"name": str(i)} for i in range(3)]
     raises(front, InvalidArgument, lambda: front.push_many(rows, **kwargs), *fragments)
+
+
+@pytest.mark.parametrize(
+    "run_at",
+    [MAX_RUN_AT, dt.datetime(9000, 1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1)))],
+    ids=["utc", "utc+1"],
+)
+def test_run_at_up_to_the_bound_is_taken(
+    split_stored: tuple[Front, Item, list[int]], run_at: dt.datetime
+) -> None:
+    """MAX_RUN_AT itself is allowed: the item is stored, and waits."""
+    front, _leased, ready = split_stored
+    (far,) = front.push_many([{"name": "far"}], run_at=run_at)
+    later = front.push(name="later", run_at=run_at)
+    assert front.counts() == (6, 6)
+    assert front.states()[far] == front.states()[later] == 0  # ready, not due
+    assert {i.id for i in front.pop_batch(10)} == set(ready)
 
 
 RING_SCHEDULE_CASES = [

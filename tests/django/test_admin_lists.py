@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.test import Client
+from django.db import connections
+from django.test import Client, override_settings
 from django.utils import timezone
 
 from tests.django.admin_items import (
@@ -133,6 +134,40 @@ def test_failed_ring_messages_by_the_day_they_failed(superuser: Client) -> None:
     response = superuser.get(FAILED_TICKS, hierarchy("failed_at", today))
     assert response.context["cl"].date_hierarchy == "failed_at"
     assert shown(response) == [number]
+
+
+# -- a time that has no local time ----------------------------------------------------------------
+
+#: How each database writes 9999-12-31 23:00 UTC (dbqueue's SQLite times: UTC, no offset).
+NEAR_9999 = {"default": "9999-12-31 23:00:00+00", "sqlite": "9999-12-31 23:00:00.000000"}
+
+
+@override_settings(TIME_ZONE="Pacific/Kiritimati")  # UTC+14: there it is year 10000
+def test_a_run_at_near_9999_written_outside_dbqueue_is_shown_as_stored(
+    superuser: Client, routed: str
+) -> None:
+    """A push refuses a run_at past MAX_RUN_AT; SQL outside dbqueue can still write one. The
+    list, its date drill-down and the item's page open (they answered 500, OverflowError),
+    and show that time as it is stored, in UTC."""
+    far, near = Ping.queue.push_many([{"message": "far"}, {"message": "near"}])
+    with connections[routed].cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{Ping.queue.spec.meta_table}" SET run_at = %s WHERE id = %s',
+            [NEAR_9999[routed], far],
+        )
+    as_stored = "Dec. 31, 9999, 11 p.m. UTC"
+    response = superuser.get(PINGS)
+    assert response.status_code == 200
+    assert shown(response) == [far, near]
+    assert as_stored in response.content.decode()
+    page = superuser.get(f"{PINGS}{far}/change/")
+    assert page.status_code == 200
+    assert as_stored in page.content.decode()
+    # Django's drill-down into 9999 would end its range in year 10000: the list opens
+    # without it, as after any lookup it cannot run.
+    drilled = superuser.get(PINGS, {"queue_meta__run_at__year": "9999"})
+    assert (drilled.status_code, drilled["Location"]) == (302, f"{PINGS}?e=1")
+    assert superuser.get(PINGS, {"state": "scheduled"}).status_code == 200
 
 
 # -- tasks and the overview: by queue -------------------------------------------------------------

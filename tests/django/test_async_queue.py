@@ -9,6 +9,7 @@ view under a real uvicorn is tests/example/test_asgi.py.
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -19,7 +20,8 @@ from django.contrib.auth.models import User
 from django.core.exceptions import SynchronousOnlyOperation
 from django.db import connections, transaction
 
-from dbqueue.errors import TransactionStateError
+from dbqueue.arguments import MAX_RUN_AT
+from dbqueue.errors import InvalidArgument, TransactionStateError
 from dbqueue.message import State
 from dbqueue_django.queue import DjangoQueue
 from dbqueue_django.ring_queue import RingDjangoQueue
@@ -121,6 +123,23 @@ def test_a_ring_works_through_the_twins(alias: str) -> None:
         assert (await ring.astats())["occupancy"] == 0
 
     run(consume)
+
+
+def test_the_twins_refuse_a_run_at_past_the_bound(
+    queue: DjangoQueue[Job], outside: Callable[[str], int]
+) -> None:
+    """``run_at`` is bounded (MAX_RUN_AT) on the twins as on push and push_many."""
+    far = MAX_RUN_AT + dt.timedelta(days=1)
+
+    async def view() -> None:
+        with pytest.raises(InvalidArgument, match=r"run_at must be at most 9000-01-01"):
+            await queue.apush(name="far", run_at=far)
+        with pytest.raises(InvalidArgument, match=r"run_at must be at most 9000-01-01"):
+            await queue.apush_many([{"name": "far"}], run_at=far)
+        await queue.apush(name="at the bound", run_at=MAX_RUN_AT)
+
+    run(view)
+    assert outside("testapp_job_meta") == 1  # only the push at the bound
 
 
 def test_acreate_on_a_queue_model_pushes(alias: str, queue: DjangoQueue[Job]) -> None:

@@ -20,6 +20,7 @@ from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.test import override_settings
 from django.utils import timezone
 
+from dbqueue.arguments import MAX_RUN_AT
 from dbqueue.message import State
 from dbqueue_django.handlers import autodiscover, handlers
 from dbqueue_django.models import TaskItem, TaskRun
@@ -325,6 +326,18 @@ def test_an_unknown_queue_name_is_refused() -> None:
 def test_an_out_of_range_priority_is_refused() -> None:
     with pytest.raises(InvalidTask, match="priority"):
         tasks.add.using(priority=101)
+
+
+def test_a_run_after_past_the_latest_due_time_is_refused() -> None:
+    """run_after becomes the queue item's run_at: bounded by MAX_RUN_AT, refused when the
+    task is made, as Django refuses a naive one."""
+    far = dt.datetime(9999, 12, 31, tzinfo=dt.UTC)
+    expected = r"add: run_after must be at most 9000-01-01 00:00:00\+00:00, got .*\(9999, 12"
+    with pytest.raises(InvalidTask, match=expected):
+        tasks.add.using(run_after=far)
+    result = tasks.add.using(run_after=MAX_RUN_AT).enqueue(1, 2)
+    assert tasks.add.get_result(result.id).task.run_after == MAX_RUN_AT
+    assert TaskItem.objects.count() == 1
 
 
 def test_a_function_not_at_module_level_is_refused() -> None:

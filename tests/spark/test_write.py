@@ -203,6 +203,11 @@ def test_a_bad_row_fails_the_write_and_nothing_is_published(
     priority = spark.createDataFrame([(1, "ok", 99_999)], "n long, body string, priority int")
     with pytest.raises(Exception, match="priority 99999 is out of range"):
         write(priority, spark_dsn, split.table)
+    # A Spark timestamp runs to 9999: past MAX_RUN_AT, refused as push refuses it.
+    far = dt.datetime(9500, 1, 1, tzinfo=dt.UTC)
+    run_at = spark.createDataFrame([(1, "far", far)], "n long, body string, run_at timestamp")
+    with pytest.raises(Exception, match=r"column 'run_at': run_at must be at most 9000-01-01"):
+        write(run_at, spark_dsn, split.table)
     assert count(spark_conn, split.table) == 0 and staged(spark_conn, split) == 0
 
 

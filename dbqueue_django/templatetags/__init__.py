@@ -1,0 +1,1 @@
+"""The template tags of dbqueue's admin pages."""
