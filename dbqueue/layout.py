@@ -38,6 +38,7 @@ from dbqueue.rows import NumberRow, StateRow, StatsRow, ValueRow
 from dbqueue.spec import QueueSpec
 from dbqueue.sql import Statement
 from dbqueue.statements import Statements
+from dbqueue.unreadable import failed_for_good
 
 RESCUE_ERROR = "lease expired: the worker holding it died, or overran its lease"
 #: The start of the error a message gets when a pop cannot read it.
@@ -246,7 +247,8 @@ class Layout(Statements):
         if unreadable and leased:
             tokens = [t for t, _ in unreadable]
             errors = [storable_error(e) for _, e in unreadable]
-            self._fail_tokens(ex, tokens, [ZERO] * len(tokens), errors, False, final=True)
+            rows = self._fail_tokens(ex, tokens, [ZERO] * len(tokens), errors, False, final=True)
+            failed_for_good(len(rows))  # the caller never sees them (dbqueue.unreadable)
         return messages
 
     def _take(

@@ -11,7 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from dbqueue.compaction import CompactResult
@@ -19,6 +20,10 @@ from dbqueue.executor import Executor
 from dbqueue.front import AnyQueue, ExecutorFront, FrontQueue
 from dbqueue.message import RescueResult, State
 from dbqueue.schedules import Schedule
+from dbqueue.unreadable import counting_failed
+
+#: Guards the workers' threads' counts of unreadable messages (FrontWorkerQueue).
+_UNREADABLE_LOCK = threading.Lock()
 
 
 class FrontWorkerQueue(ABC):
@@ -28,14 +33,39 @@ class FrontWorkerQueue(ABC):
     def _front(self) -> FrontQueue[Any]:
         """The queue on the calling thread's connection."""
 
+    #: Unreadable messages this queue's pops failed for good, not yet taken by the worker.
+    _failed_unreadable = 0
+
     def pop(self, n: int) -> list[Any]:
-        return self._front().pop_batch(n)
+        with self._counting_unreadable():
+            return self._front().pop_batch(n)
 
     def ack(self, items: Sequence[Any]) -> list[int]:
         return self._front().ack(items, strict=False)
 
     def ack_pop(self, items: Sequence[Any], n: int) -> tuple[int, list[Any]]:
-        return self._front().ack_pop(items, n)
+        with self._counting_unreadable():
+            return self._front().ack_pop(items, n)
+
+    @contextmanager
+    def _counting_unreadable(self) -> Iterator[None]:
+        """Add to :meth:`take_failed_unreadable` the unreadable messages a pop in the block
+        failed for good: the items it returns leave them out, so the worker would not count
+        them as failed otherwise (see :mod:`dbqueue.unreadable`)."""
+        with counting_failed() as counted:
+            try:
+                yield
+            finally:
+                if counted.count:
+                    with _UNREADABLE_LOCK:
+                        self._failed_unreadable += counted.count
+
+    def take_failed_unreadable(self) -> int:
+        """How many unreadable messages this queue's pops failed for good since the last call
+        (the worker counts them as failed)."""
+        with _UNREADABLE_LOCK:
+            taken, self._failed_unreadable = self._failed_unreadable, 0
+        return taken
 
     def fail(self, items: Sequence[Any], errors: Sequence[str]) -> Mapping[int, State]:
         return self._front().fail(items, list(errors), strict=False)

@@ -50,6 +50,10 @@ class WorkerQueue(Protocol):
         """Ack ``items`` (as :meth:`ack`) and lease up to ``n`` more, in one transaction;
         return how many were acked and the new items."""
 
+    def take_failed_unreadable(self) -> int:
+        """How many unreadable messages :meth:`pop` and :meth:`ack_pop` failed for good since
+        the last call: they are not among the items returned (see :mod:`dbqueue.unreadable`)."""
+
     def fail(self, items: Sequence[Any], errors: Sequence[str]) -> Mapping[int, State]:
         """Record failed attempts of items still leased; return their new states."""
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from dbqueue.wakeup import quietly
+from dbqueue.worker.consumer import WorkerQueue
 from dbqueue.worker.state import WorkerBase, log
 
 #: Seconds between two touches of the health file: a probe allows a few times this.
@@ -36,14 +38,33 @@ class Leases(WorkerBase):
         try:
             while not self._done.is_set():
                 self._extend_leases()
+                self._count_failed_unreadable(queues.values())
                 now = time.monotonic()
                 if self.health_file is not None and now >= next_touch:
                     touching = touch(self.health_file, touching)
                     next_touch = now + HEALTH_EVERY
                 self._done.wait(tick)
         finally:
+            # After the handlers' threads' last pop (run() joins them first, then this thread):
+            # the closing summary counts every one.
+            self._count_failed_unreadable(queues.values())
             for queue in queues.values():
                 quietly(queue.disconnect)
+
+    def _count_failed_unreadable(self, queues: Iterable[WorkerQueue]) -> None:
+        """Count as failed, in the run's stats, tallies (the metrics) and activity, the
+        unreadable messages the queues' pops failed for good: the core fails them as it pops
+        them, so no handler sees them (see :mod:`dbqueue.unreadable`). Done on this thread,
+        not beside the pop: it wakes at least once a second, and ends after the handlers'
+        threads and before the closing summary; the pops stay as they are."""
+        for queue in queues:
+            failed = queue.take_failed_unreadable()
+            if not failed:
+                continue
+            with self._lock:
+                self.stats.failed += failed
+            self.activity.add(queue, 0, failed)
+            self.tallies.handled(queue.name, ok=0, retried=0, failed=failed, durations=[])
 
     def _extend_leases(self) -> None:
         """Extend the leases of the batches in hand whose last extension (or pop) is a third

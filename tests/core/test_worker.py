@@ -78,9 +78,10 @@ def make_setup(
     options: QueueOptions,
     *,
     listen: bool = False,
+    fields: tuple[Field, ...] = FIELDS,
 ) -> Setup:
     """A queue's tables on ``kind`` ("pg" or "sqlite"), with the fixtures of ``request``."""
-    spec = QueueSpec(table, FIELDS, options)
+    spec = QueueSpec(table, fields, options)
     if kind == "pg":
         dsn = request.getfixturevalue("pg_dsn")
         queue = SplitQueue(spec, get_dialect("postgresql"))
