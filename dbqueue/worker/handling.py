@@ -106,6 +106,11 @@ class Handling(WorkerBase):
         states: Mapping[int, State] | None = None
         refused = 0  # items the database refused to settle (left to their leases)
         while True:
+            if self._abandoned.is_set() and (acked is None or states is None):
+                # The worker stopped waiting for the database: nothing more is tried.
+                left, why = (failed, errors) if states is None else ([], [])
+                self._leave(queue, ok if acked is None else [], left, why)
+                return states or {}
             try:
                 if acked is None:
                     acked = queue.ack(ok) if ok else []
@@ -114,7 +119,8 @@ class Handling(WorkerBase):
                 break
             except Exception as exc:
                 if is_outage(exc):
-                    self._database_error(queue, exc, retry, settling=True)
+                    operation = "ack" if acked is None else "fail"
+                    self._database_error(queue, exc, retry, operation, settling=True)
                     continue
                 if isinstance(exc, DBQueueError):
                     raise
@@ -127,9 +133,33 @@ class Handling(WorkerBase):
                     if outcome is not None:
                         states, gave_up = outcome
                         refused += gave_up
-        retry.reset()
+        self._reached(queue, retry)
         self._count_lost(queue, len(ok) - len(acked) + len(failed) - len(states) - refused)
         return states
+
+    def _leave(
+        self, queue: WorkerQueue, ok: Sequence[Any], failed: Sequence[Any], errors: Sequence[str]
+    ) -> None:
+        """Say what a worker that stopped waiting for its database leaves unsettled (a failed
+        attempt with its traceback, which is not stored): their leases bring the items back."""
+        if ok:
+            log.warning(
+                "queue %s: %d handled item(s) not acked, the database is out of reach: their "
+                "leases bring them back (ids %s)",
+                queue.name,
+                len(ok),
+                ", ".join(str(getattr(i, "id", i)) for i in ok),
+            )
+        for item, error in zip(failed, errors, strict=True):
+            log.warning(
+                "queue %s: item %s failed (attempt %s/%d), not recorded: the database is out "
+                "of reach, its lease brings it back\n%s",
+                queue.name,
+                getattr(item, "id", item),
+                getattr(item, "attempts", "?"),
+                queue.max_attempts,
+                storable_error(error).rstrip(),
+            )
 
     def _log_failures(
         self,
@@ -201,7 +231,7 @@ class Handling(WorkerBase):
             return queue.fail(items, [text] * len(items)), 0
         except Exception as again:
             if is_outage(again):
-                self._database_error(queue, again, retry, settling=True)
+                self._database_error(queue, again, retry, "fail", settling=True)
                 return None
             if isinstance(again, DBQueueError):
                 raise

@@ -1,5 +1,7 @@
 """The lease keeper: a thread of its own (``dbqueue-leases``) that extends the leases of the
-batches being handled every third of their lease, and touches the worker's health file.
+batches being handled every third of their lease, touches the worker's health file, and gives
+up on a database out of reach for the worker's ``reconnect_for`` (its handlers' threads may
+all be in a slow handler, meeting no database).
 
 It does nothing else, so neither a slow handler nor a long maintenance chore (a compaction, a
 rescue of a large ring) can let a lease lapse while its item is still being worked on; and a
@@ -12,6 +14,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from dbqueue.outage import is_outage
 from dbqueue.wakeup import quietly
 from dbqueue.worker.consumer import WorkerQueue
 from dbqueue.worker.state import WorkerBase, log
@@ -39,6 +42,7 @@ class Leases(WorkerBase):
             while not self._done.is_set():
                 self._extend_leases()
                 self._count_failed_unreadable(queues.values())
+                self._give_up_if_due()
                 now = time.monotonic()
                 if self.health_file is not None and now >= next_touch:
                     touching = touch(self.health_file, touching)
@@ -75,12 +79,19 @@ class Leases(WorkerBase):
         for batch in batches:
             if now - batch.extended_at < batch.queue.lease.total_seconds() / 3:
                 continue
+            if self._abandoned.is_set():  # no more tries: the leases are left to expire
+                return
+            queue = batch.queue
             try:
-                batch.queue.extend(batch.items)
+                queue.extend(batch.items)
                 batch.extended_at = now
             except Exception as exc:
-                log.warning("queue %s: lease extension failed (%s)", batch.queue.name, exc)
-                quietly(batch.queue.disconnect)
+                if is_outage(exc):
+                    self._outages.failed(queue, exc)
+                log.warning("queue %s: lease extension failed (%s)", queue.name, exc)
+                quietly(queue.disconnect)
+            else:
+                self._outages.reached(queue)
 
 
 def touch(path: Path, touching: bool = True) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dbqueue.errors import DBQueueError, InvalidArgument
 from dbqueue.metrics import METRICS_HOST, MetricsServer, require_prometheus, serve_worker
+from dbqueue.outage import is_outage
 from dbqueue.scheduler import Clock, utc_now
 from dbqueue.wakeup import Doorbell, Listener, PollPolicy, quietly
 from dbqueue.worker.consumer import Chore, Consumer, WorkerQueue, WorkerStats
@@ -22,7 +23,15 @@ from dbqueue.worker.leases import Leases
 from dbqueue.worker.maintenance import Maintenance
 from dbqueue.worker.scheduling import schedule_chores
 from dbqueue.worker.signals import Signals
-from dbqueue.worker.state import BURST_RECONNECT_FOR, Due, InFlight, Pending, Retry, log
+from dbqueue.worker.state import (
+    BURST_RECONNECT_FOR,
+    Due,
+    InFlight,
+    Outages,
+    Pending,
+    Retry,
+    log,
+)
 from dbqueue.worker.tallies import Tallies
 
 #: Seconds between two looks at when work falls due, for an idle thread that polls (the look
@@ -36,6 +45,10 @@ RESCUE_FLOOR = 1.0
 #: Seconds an idle thread sleeps past an item's due time (timestamps have microseconds, and the
 #: statement that takes the item must see it due).
 DUE_MARGIN = 0.005
+#: Seconds a worker that stops waiting for its database (it gave up, or a signal came during
+#: an outage) waits for its lease and maintenance threads, which may be in a connection
+#: attempt: it does not wait for the threads in a handler at all.
+ABANDON_WAIT = 2.0
 
 
 class Worker(Handling, Maintenance, Leases, Signals):
@@ -62,6 +75,13 @@ class Worker(Handling, Maintenance, Leases, Signals):
 
     With a ``metrics_port`` (0: any free one) it serves Prometheus metrics on
     ``metrics_host`` while it runs (:func:`dbqueue.metrics.serve_worker`; the ``metrics`` extra).
+
+    When its database goes away, the worker retries with back-off. With ``reconnect_for``
+    (a ``burst`` worker's default: :data:`~dbqueue.worker.BURST_RECONNECT_FOR`), once a
+    database has been out of reach that long (by any of its threads: a worker whose threads
+    are all in a slow handler too), it gives up: :meth:`run` raises
+    :class:`~dbqueue.errors.WorkerGaveUp` without waiting for the handlers still running,
+    and the items in hand are left to their leases, which bring them back.
     """
 
     def __init__(
@@ -155,6 +175,8 @@ class Worker(Handling, Maintenance, Leases, Signals):
         self._done = threading.Event()
         self._inflight: dict[int, InFlight] = {}
         self._fatal: BaseException | None = None
+        self._abandoned = threading.Event()
+        self._outages = Outages()
         self._signals = 0
 
     def _listeners(self) -> list[Listener]:
@@ -186,10 +208,15 @@ class Worker(Handling, Maintenance, Leases, Signals):
         restore = self._install_signals() if handle_signals else {}
         for listener in self.listeners:
             listener.start()
-        maintenance = threading.Thread(target=self._maintain, name="dbqueue-maintenance")
-        leases = threading.Thread(target=self._keep_leases, name="dbqueue-leases")
+        # Daemon threads: a worker that stops waiting for its database (see _abandon) leaves
+        # a thread in a handler to it, and the process may exit meanwhile. Otherwise run()
+        # joins every thread before it returns.
+        maintenance = threading.Thread(
+            target=self._maintain, name="dbqueue-maintenance", daemon=True
+        )
+        leases = threading.Thread(target=self._keep_leases, name="dbqueue-leases", daemon=True)
         threads = [
-            threading.Thread(target=self._work, args=(i,), name=f"dbqueue-worker-{i}")
+            threading.Thread(target=self._work, args=(i,), name=f"dbqueue-worker-{i}", daemon=True)
             for i in range(self.concurrency)
         ]
         log.info(
@@ -203,14 +230,20 @@ class Worker(Handling, Maintenance, Leases, Signals):
             for t in threads:
                 t.start()
             for t in threads:
-                while t.is_alive():  # a timed join lets the main thread run signal handlers
+                # A timed join lets the main thread run signal handlers. Once the worker
+                # stopped waiting for its database, a thread still in a handler is left to
+                # finish on its own: nothing it did could be recorded now.
+                while t.is_alive() and not self._abandoned.is_set():
                     t.join(0.2)
         finally:
+            if any(t.is_alive() for t in threads):  # abandoned, or run() is being unwound
+                self._abandoned.set()
             self._stopping.set()
             self._done.set()
-            maintenance.join()
+            wait = ABANDON_WAIT if self._abandoned.is_set() else None
+            maintenance.join(wait)
             if leases.ident is not None:  # started
-                leases.join()
+                leases.join(wait)
             for listener in self.listeners:
                 listener.stop()
             for signum, handler in restore.items():
@@ -220,12 +253,14 @@ class Worker(Handling, Maintenance, Leases, Signals):
                 self.metrics = None
             self.stats.seconds = time.monotonic() - start
         log.info(
-            "worker stopped: %d handled, %d failed, %d attempt(s) to retry, in %d batches, %.1f s",
+            "worker stopped: %d handled, %d failed, %d attempt(s) to retry, in %d batches, "
+            "%.1f s%s",
             self.stats.handled,
             self.stats.failed,
             self.stats.retried,
             self.stats.batches,
             self.stats.seconds,
+            "; the items in hand are left to their leases" if self._abandoned.is_set() else "",
         )
         if self._fatal is not None:
             raise self._fatal
@@ -279,10 +314,11 @@ class Worker(Handling, Maintenance, Leases, Signals):
                             items = queue.pop(n)
                     except Exception as exc:
                         self._unclaim(n)
-                        self._database_error(queue, exc, retry)
+                        operation = "ack and pop" if pending is not None else "pop"
+                        self._database_error(queue, exc, retry, operation)
                         errored = True
                         continue
-                    retry.reset()
+                    self._reached(queue, retry)
                     self._unclaim(n - len(items))
                     if items:
                         worked = True
@@ -333,14 +369,17 @@ class Worker(Handling, Maintenance, Leases, Signals):
         now, clock = dt.datetime.now(dt.UTC), time.monotonic()
         due: list[tuple[float, WorkerQueue]] = []
         for consumer in order:
+            queue = consumer.queue
             try:
-                when = consumer.queue.next_due()
+                when = queue.next_due()
             except Exception as exc:  # the next pop meets the outage and handles it
-                log.debug("queue %s: next_due failed (%s)", consumer.queue.name, exc)
-                quietly(consumer.queue.disconnect)
+                if is_outage(exc):
+                    self._outages.failed(queue, exc)
+                log.debug("queue %s: next_due failed (%s)", queue.name, exc)
+                quietly(queue.disconnect)
                 continue
             if when is not None:
-                due.append((clock + (when - now).total_seconds() + DUE_MARGIN, consumer.queue))
+                due.append((clock + (when - now).total_seconds() + DUE_MARGIN, queue))
         return sorted(due, key=lambda d: d[0])
 
     def _flush(self, pending: Pending, retry: Retry) -> None:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from dbqueue.compaction import BUSY, CHECK_EVERY
+from dbqueue.outage import is_outage
 from dbqueue.wakeup import quietly
 from dbqueue.worker.consumer import WorkerQueue
 from dbqueue.worker.state import WorkerBase, log
@@ -42,6 +43,7 @@ class Maintenance(WorkerBase):
             # Before the loop: a burst that finds nothing to do still does its chores once.
             self._do_chores(chores_due)
             while not self._done.is_set():
+                self._give_up_if_due()  # (the lease thread too: this one may be in a connect)
                 now = time.monotonic()
                 if now >= next_rescue and not self._stopping.is_set():
                     for queue in queues.values():
@@ -52,7 +54,7 @@ class Maintenance(WorkerBase):
                     for queue in queues.values():
                         self._compact(queue)
                     next_compact = now + CHECK_EVERY
-                if self.heartbeat is not None and now >= next_beat:
+                if self.heartbeat is not None and now >= next_beat and not self._abandoned.is_set():
                     beating = self._beat(queues.values(), beating)
                     next_beat = now + self.heartbeat.every
                 if self.summary_every and now >= next_summary:
@@ -62,7 +64,7 @@ class Maintenance(WorkerBase):
                     self._do_chores(chores_due)
                 self._done.wait(tick)
         finally:
-            if self.heartbeat is not None:
+            if self.heartbeat is not None and not self._abandoned.is_set():
                 self._beat(queues.values(), beating, stopped=True)
             for queue in queues.values():
                 quietly(queue.disconnect)
@@ -86,13 +88,15 @@ class Maintenance(WorkerBase):
             if done:
                 log.info("%s: %s", chore.name, done)
 
-    @staticmethod
-    def _guarded[T](queue: WorkerQueue, what: str, call: Callable[[], T]) -> T | None:
+    def _guarded[T](self, queue: WorkerQueue, what: str, call: Callable[[], T]) -> T | None:
         """``call()`` for the maintenance thread: a failure is logged and drops the thread's
-        connection (the next round reconnects); None then."""
+        connection (the next round reconnects); None then. An outage counts towards the
+        worker's ``reconnect_for``."""
         try:
             return call()
         except Exception as exc:
+            if is_outage(exc):
+                self._outages.failed(queue, exc)
             log.warning("queue %s: %s failed (%s)", queue.name, what, exc)
             quietly(queue.disconnect)
             return None
@@ -101,6 +105,7 @@ class Maintenance(WorkerBase):
         result = self._guarded(queue, "rescue", queue.rescue)
         if result is None:
             return
+        self._outages.reached(queue)  # (a rescue is a statement: the database answered)
         self.tallies.rescued(queue.name, ready=result.ready, failed=result.failed)
         if result.ready or result.failed:
             # Expired leases (and, on a ring, stranded messages): a worker died or overran.

@@ -1,5 +1,6 @@
 """What the worker's parts share: its settings and state (:class:`WorkerBase`), the records
-of a thread's batch, and the reactions to a database error that every part has."""
+of a thread's batch, how long each of its databases has been out of reach (:class:`Outages`),
+and the reactions to a database error that every part has: retry, or give up."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ RETRY_MAX = 5.0
 BURST_RECONNECT_FOR = 60.0
 #: The error recorded for a failed attempt whose own error text the database refused.
 REFUSED_ERROR = "the handler failed, and the database refused its error text; see the worker's log"
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s text (its class's name if it has none): a driver's error
+    can run over several lines, and a command's error is one."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +88,43 @@ class Retry:
         self.since = None
 
 
+class Outages:
+    """Since when each of the worker's databases (by :attr:`WorkerQueue.database`) has been
+    out of reach: from the first outage any of the worker's threads met since one of them
+    last reached it. A thread handling a slow batch meets none, but the lease and maintenance
+    threads do, so a worker with items in hand knows how long its database has been away.
+    Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: database -> (since when, on the monotonic clock; the queue and error met last)
+        self._down: dict[str, tuple[float, WorkerQueue, BaseException]] = {}
+
+    def failed(self, queue: WorkerQueue, exc: BaseException) -> float:
+        """An outage met on ``queue``'s database; seconds it has lasted."""
+        now = time.monotonic()
+        with self._lock:
+            since = self._down.get(queue.database, (now,))[0]
+            self._down[queue.database] = (since, queue, exc)
+        return now - since
+
+    def reached(self, queue: WorkerQueue) -> None:
+        """``queue``'s database answered: whatever outage it had is over."""
+        if self._down:  # (a dict read is atomic: no lock for the common case)
+            with self._lock:
+                self._down.pop(queue.database, None)
+
+    def longest(self) -> tuple[float, WorkerQueue, BaseException] | None:
+        """The outage going on for longest: seconds, and the queue and error met last; None
+        when every database answered last."""
+        now = time.monotonic()
+        with self._lock:
+            if not self._down:
+                return None
+            since, queue, exc = min(self._down.values(), key=lambda d: d[0])
+        return now - since, queue, exc
+
+
 class WorkerBase:
     """The worker's settings and shared state, and what every part does the same way: stop,
     release unstarted items, and react to a database error (see :class:`~dbqueue.worker.Worker`
@@ -111,6 +156,11 @@ class WorkerBase:
     _done: threading.Event
     _inflight: dict[int, InFlight]
     _fatal: BaseException | None
+    #: Set once the worker stopped waiting for its database (it gave up, or was told to stop
+    #: during an outage): nothing is tried any more, the items in hand are left to their
+    #: leases, and run() returns without waiting for the threads still in a handler.
+    _abandoned: threading.Event
+    _outages: Outages
 
     def stop(self, *, release_unstarted: bool = False) -> None:
         """Stop taking work: every thread finishes the batch in hand and settles it. With
@@ -127,9 +177,16 @@ class WorkerBase:
         bring them back."""
         if not items:
             return
+        if self._abandoned.is_set():  # no database to tell: the leases bring them back
+            log.warning(
+                "queue %s: %d unstarted item(s) left to their leases", queue.name, len(items)
+            )
+            return
         try:
             released = queue.release(items)
         except Exception as exc:
+            if is_outage(exc):
+                self._outages.failed(queue, exc)
             log.warning("queue %s: could not release %d item(s) (%s)", queue.name, len(items), exc)
             quietly(queue.disconnect)
             return
@@ -141,33 +198,85 @@ class WorkerBase:
             self._fatal = self._fatal or exc
         self.stop()
 
+    def _abandon(self, why: WorkerGaveUp, exc: BaseException | None = None) -> None:
+        """Stop waiting for the database, once: log ``why`` (the error run() raises), stop
+        the worker and leave the items in hand to their leases. A later call does nothing
+        (the threads that meet the outage after it say nothing more)."""
+        with self._lock:
+            if self._abandoned.is_set():
+                return
+            why.__cause__ = exc
+            self._fatal = self._fatal or why
+            self._abandoned.set()
+        log.error("%s", why)
+        self.stop(release_unstarted=True)
+
+    def _reached(self, queue: WorkerQueue, retry: Retry) -> None:
+        """A worker thread's statement on ``queue`` went through."""
+        retry.reset()
+        self._outages.reached(queue)
+
+    def _give_up_if_due(self) -> None:
+        """Give up (WorkerGaveUp) once a database has been out of reach for ``reconnect_for``
+        seconds, whatever the threads are doing: the lease thread calls this at every tick, so
+        a worker whose threads are all in a slow handler gives up on time too."""
+        if self.reconnect_for is None or self._abandoned.is_set():
+            return
+        outage = self._outages.longest()
+        if outage is not None and outage[0] >= self.reconnect_for:
+            self._give_up(outage[1], outage[2], outage[0])
+
+    def _give_up(self, queue: WorkerQueue, exc: BaseException, lasted: float) -> None:
+        self._abandon(
+            WorkerGaveUp(
+                f"queue {queue.name}: the database stayed unreachable for {lasted:.0f} s "
+                f"(reconnect_for={self.reconnect_for:g}); giving up, the items in hand are "
+                f"left to their leases: {first_line(exc)}"
+            ),
+            exc,
+        )
+
     def _database_error(
-        self, queue: WorkerQueue, exc: Exception, retry: Retry, *, settling: bool = False
+        self,
+        queue: WorkerQueue,
+        exc: Exception,
+        retry: Retry,
+        operation: str,
+        *,
+        settling: bool = False,
     ) -> None:
         """A DBQueueError stops the worker, unless it is QueueUnavailable; anything else is
         taken for the database being unreachable: drop the connection and wait (a stop cuts
-        the wait short, unless a batch is being settled, which goes on until the database is
-        back)."""
+        the wait short; a batch being settled waits for the database to come back, unless the
+        worker gives up on it). ``operation``: what failed, for the log."""
         if isinstance(exc, DBQueueError) and not is_outage(exc):
             self._fail_fatally(queue, exc)
             return
+        quietly(queue.disconnect)
         with self._lock:
             self.stats.database_errors += 1
-        if self.reconnect_for is not None and retry.failing_for() >= self.reconnect_for:
-            gave_up = WorkerGaveUp(
-                f"queue {queue.name}: the database stayed unreachable for "
-                f"{retry.failing_for():.0f} s (reconnect_for={self.reconnect_for:g}); giving "
-                f"up: {exc}"
-            )
-            gave_up.__cause__ = exc
-            self._fail_fatally(queue, gave_up)
+        outage = is_outage(exc)
+        lasted = max(self._outages.failed(queue, exc) if outage else 0.0, retry.failing_for())
+        if self._abandoned.is_set():  # given up already: said once, and nothing more to try
+            return
+        if self.reconnect_for is not None and lasted >= self.reconnect_for:
+            self._give_up(queue, exc, lasted)
             return
         delay = retry.next()
-        if is_outage(exc):
-            log.warning("queue %s: database error (%s); retrying in %.1f s", queue.name, exc, delay)
+        if outage:
+            log.warning(
+                "queue %s: database error (%s failed: %s); retrying in %.1f s",
+                queue.name,
+                operation,
+                exc,
+                delay,
+            )
         else:  # not an outage: the statement itself was refused, so say where
             log.error(
-                "queue %s: database error; retrying in %.1f s", queue.name, delay, exc_info=exc
+                "queue %s: database error (%s failed); retrying in %.1f s",
+                queue.name,
+                operation,
+                delay,
+                exc_info=exc,
             )
-        quietly(queue.disconnect)
-        (self._done if settling else self._stopping).wait(delay)
+        (self._abandoned if settling else self._stopping).wait(delay)
