@@ -1,6 +1,7 @@
 """SIGTERM and SIGINT: the first finishes what was started and releases the rest, a second
-exits at once. The one hard exit in dbqueue is here: a second signal must end the process even
-with a handler stuck in a call that never returns."""
+exits at once. During a database outage the first one ends the run at once: nothing could be
+settled or released, so there is nothing to wait for. The one hard exit in dbqueue is here: a
+second signal must end the process even with a handler stuck in a call that never returns."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import threading
 from types import FrameType
 from typing import Any
 
-from dbqueue.worker.state import WorkerBase, log
+from dbqueue.errors import WorkerGaveUp
+from dbqueue.worker.state import WorkerBase, first_line, log
 
 
 class Signals(WorkerBase):
@@ -30,6 +32,23 @@ class Signals(WorkerBase):
         self._signals += 1
         name = signal.Signals(signum).name
         if self._signals == 1:
+            outage = self._outages.longest()
+            if outage is not None:
+                # Finishing the items started would end in acks that cannot be sent, and the
+                # wait could last as long as the outage: stop now, leaving the items in hand
+                # to their leases. The run ends with WorkerGaveUp (the commands exit 1, not
+                # 0): what it had taken is neither settled nor released, and whoever stopped
+                # it should know that those items come back only when their leases expire.
+                lasted, queue, exc = outage
+                self._abandon(
+                    WorkerGaveUp(
+                        f"queue {queue.name}: {name} while the database is unreachable (for "
+                        f"{lasted:.0f} s): exiting at once, the items in hand are left to "
+                        f"their leases: {first_line(exc)}"
+                    ),
+                    exc,
+                )
+                return
             log.warning(
                 "%s: finishing the items already started, releasing the rest, then exiting "
                 "(again to force)",

@@ -248,7 +248,8 @@ class WorkerBase:
         """A DBQueueError stops the worker, unless it is QueueUnavailable; anything else is
         taken for the database being unreachable: drop the connection and wait (a stop cuts
         the wait short; a batch being settled waits for the database to come back, unless the
-        worker gives up on it). ``operation``: what failed, for the log."""
+        worker gives up on it or was stopped by a signal). ``operation``: what failed, for
+        the log."""
         if isinstance(exc, DBQueueError) and not is_outage(exc):
             self._fail_fatally(queue, exc)
             return
@@ -261,6 +262,18 @@ class WorkerBase:
             return
         if self.reconnect_for is not None and lasted >= self.reconnect_for:
             self._give_up(queue, exc, lasted)
+            return
+        if settling and self._releasing.is_set():
+            # Stopping on a signal (SIGTERM: finish what was started and exit): waiting for
+            # the database would make the stop wait as long as the outage lasts.
+            self._abandon(
+                WorkerGaveUp(
+                    f"queue {queue.name}: stopping, and the database is unreachable "
+                    f"({operation} failed); exiting without waiting for it, the items in "
+                    f"hand are left to their leases: {first_line(exc)}"
+                ),
+                exc,
+            )
             return
         delay = retry.next()
         if outage:

@@ -1,0 +1,131 @@
+"""A worker with items in hand when its database goes away (a proxy in front of PostgreSQL,
+killed): the first SIGTERM ends it at once, whatever its threads are doing."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+
+import pytest
+
+from dbqueue import WorkerGaveUp
+from dbqueue.message import Message, State
+from dbqueue.worker import Consumer, Worker
+from tests.core.cutbed import PATIENCE, Cut, cut_queue, join_worker_threads
+
+pytestmark = pytest.mark.postgresql
+
+
+class Watch(logging.Handler):
+    """Keeps the records of the ``dbqueue`` loggers, and wakes whoever waits for one."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self._cond = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._cond:
+            self.records.append(record)
+            self._cond.notify_all()
+
+    def wait_for(self, what: str, condition: Callable[[logging.LogRecord], bool]) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: any(map(condition, self.records)), PATIENCE):
+                raise AssertionError(f"timed out waiting for {what}")
+
+    def messages(self, level: int = logging.WARNING) -> list[str]:
+        return [r.getMessage() for r in list(self.records) if r.levelno >= level]
+
+
+@pytest.fixture
+def watch() -> Iterator[Watch]:
+    handler = Watch()
+    logger = logging.getLogger("dbqueue")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+@pytest.fixture
+def cut(pg_dsn: str, table_name: str) -> Iterator[Cut]:
+    with cut_queue(pg_dsn, table_name, lease=timedelta(seconds=1.5)) as setup:
+        yield setup
+
+
+def is_failure(record: logging.LogRecord) -> bool:
+    """A worker's line saying that something failed on the database."""
+    return record.levelno >= logging.WARNING and "failed" in record.getMessage()
+
+
+# -- the first SIGTERM during an outage ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("moment", ["handler-runs", "reconnecting", "outage-after-the-signal"])
+def test_the_first_sigterm_during_an_outage_ends_the_worker(
+    cut: Cut, watch: Watch, moment: str
+) -> None:
+    """A service's worker (no ``reconnect_for``: it would wait for its database forever) is
+    sent SIGTERM while its handler is still at an item (``handler-runs``), while it retries
+    the ack of what it handled (``reconnecting``), or before the database goes away under
+    the item it finishes (``outage-after-the-signal``). It exits at once in each case, with
+    WorkerGaveUp (what it holds is left to the leases), said once."""
+    cut.push(6)
+    started, release = threading.Event(), threading.Event()
+
+    def handle(m: Message) -> None:
+        started.set()
+        if m.payload["n"] == 0:
+            release.wait(PATIENCE)
+
+    def sigterm() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def drive() -> None:
+        started.wait(PATIENCE)
+        if moment == "outage-after-the-signal":
+            sigterm()
+            watch.wait_for("the signal", lambda r: "SIGTERM: finishing" in r.getMessage())
+            cut.proxy.kill()
+            release.set()
+            return
+        cut.proxy.kill()
+        if moment == "reconnecting":
+            release.set()
+            watch.wait_for("a retry", lambda r: "ack and pop failed" in r.getMessage())
+        else:
+            watch.wait_for("a failure", is_failure)
+        sigterm()
+
+    worker = Worker([Consumer(cut.binding, handle)])
+    driver = threading.Thread(target=drive, daemon=True)
+    # Hang guard: a worker still running after PATIENCE is stopped the hard way, and fails.
+    hung = threading.Timer(PATIENCE, lambda: (release.set(), worker._abandoned.set()))
+    driver.start()
+    hung.start()
+    try:
+        with pytest.raises(WorkerGaveUp) as raised:
+            worker.run()  # in the main thread: it handles the signal
+    finally:
+        timed_out = not hung.is_alive()
+        hung.cancel()
+        release.set()
+        driver.join(PATIENCE)
+        join_worker_threads()
+    assert not timed_out, "the worker did not end on SIGTERM"
+    if moment == "outage-after-the-signal":
+        assert "stopping, and the database is unreachable (ack failed)" in str(raised.value)
+    else:
+        assert "SIGTERM while the database is unreachable" in str(raised.value)
+    assert "the items in hand are left to their leases" in str(raised.value)
+    said = [m for m in watch.messages(logging.ERROR) if str(raised.value) in m]
+    assert len(said) == 1, watch.messages()
+    assert cut.states() == Counter({State.LEASED: 6})  # their leases bring them back
