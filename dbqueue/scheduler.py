@@ -24,7 +24,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from dbqueue.dialects.base import Dialect
 from dbqueue.errors import InvalidSpec
@@ -32,6 +32,9 @@ from dbqueue.executor import Executor
 from dbqueue.schedules import Schedule
 from dbqueue.schema import SCHEDULE_TABLE
 from dbqueue.sql import load
+
+if TYPE_CHECKING:  # (the worker package imports this module)
+    from dbqueue.worker.quiet import Throttle
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -156,14 +159,18 @@ class _Entry:
 class Scheduler:
     """Pushes the ticks of ``schedules`` (each with the queue it pushes into) that are due by
     ``clock``: :meth:`run` is a worker chore. Raises InvalidSpec for two schedules of one
-    name."""
+    name. A push that fails is tried again at the next look, a tenth of a second later: with
+    ``quiet`` (a worker's :class:`~dbqueue.worker.quiet.Throttle`) its failure is logged at
+    most once in a while while it repeats, otherwise at each look."""
 
     def __init__(
         self,
         schedules: Iterable[tuple[Schedule, ScheduleTarget]],
         *,
         clock: Clock = utc_now,
+        quiet: Throttle | None = None,
     ) -> None:
+        self._quiet = quiet
         self._entries: list[_Entry] = []
         seen: dict[str, Schedule] = {}
         for schedule, target in schedules:
@@ -193,11 +200,12 @@ class Scheduler:
             except Exception as exc:
                 # Tried again at the next look (the row stays where it was: a failed push
                 # takes its claim back).
-                log.warning(
-                    "schedule %s: could not push its tick (%s); trying again",
-                    entry.schedule.name,
-                    exc,
-                )
+                msg = "schedule %s: could not push its tick (%s); trying again"
+                name = entry.schedule.name
+                if self._quiet is None:
+                    log.warning(msg, name, exc)
+                else:
+                    self._quiet.failure(f"schedule {name}", exc, msg, name, exc, logger=log)
                 entry.target.disconnect()
                 continue
             if tick is not None:

@@ -12,7 +12,10 @@ import socket
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # (the worker package imports this module)
+    from dbqueue.worker.quiet import Throttle
 
 log = logging.getLogger("dbqueue.worker")
 
@@ -72,6 +75,9 @@ class Listener:
 
     It sleeps on its connection's socket and on a wake-up socket of its own, with no timeout:
     :meth:`stop` writes to the latter, so an idle worker exits at once on SIGTERM.
+
+    A failure is logged at each retry, or through ``quiet`` (a worker's
+    :class:`~dbqueue.worker.quiet.Throttle`) at most once in a while while it repeats.
     """
 
     def __init__(
@@ -81,8 +87,10 @@ class Listener:
         doorbell: Doorbell,
         *,
         retry_max: float = 5.0,
+        quiet: Throttle | None = None,
     ) -> None:
         self._connect = connect
+        self._quiet = quiet
         self.channels = sorted(set(channels))
         self.doorbell = doorbell
         self._retry_max = retry_max
@@ -124,7 +132,11 @@ class Listener:
             except Exception as exc:  # the server went away, or refused us: retry
                 self._connected.clear()
                 self.doorbell.ring()  # idle workers fall back to polling meanwhile
-                log.warning("listener: %s; reconnecting in %.1f s", exc, delay)
+                msg = "listener: %s; reconnecting in %.1f s"
+                if self._quiet is None:
+                    log.warning(msg, exc, delay)
+                else:
+                    self._quiet.failure("listener", exc, msg, exc, delay, logger=log)
                 self._stop.wait(delay)
                 delay = min(delay * 2, self._retry_max)
 

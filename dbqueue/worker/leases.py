@@ -88,7 +88,13 @@ class Leases(WorkerBase):
             except Exception as exc:
                 if is_outage(exc):
                     self._outages.failed(queue, exc)
-                log.warning("queue %s: lease extension failed (%s)", queue.name, exc)
+                self.quiet.failure(
+                    f"queue {queue.name}: lease extension",
+                    exc,
+                    "queue %s: lease extension failed (%s)",
+                    queue.name,
+                    exc,
+                )
                 quietly(queue.disconnect)
             else:
                 self._outages.reached(queue)

@@ -4,6 +4,7 @@ due or a push notifies, and the run that starts and stops everything."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import signal
 import threading
@@ -21,6 +22,7 @@ from dbqueue.worker.handling import Handling
 from dbqueue.worker.heartbeat import Activity, Heartbeat
 from dbqueue.worker.leases import Leases
 from dbqueue.worker.maintenance import Maintenance
+from dbqueue.worker.quiet import QUIET_FOR, Throttle
 from dbqueue.worker.scheduling import schedule_chores
 from dbqueue.worker.signals import Signals
 from dbqueue.worker.state import (
@@ -81,7 +83,10 @@ class Worker(Handling, Maintenance, Leases, Signals):
     database has been out of reach that long (by any of its threads: a worker whose threads
     are all in a slow handler too), it gives up: :meth:`run` raises
     :class:`~dbqueue.errors.WorkerGaveUp` without waiting for the handlers still running,
-    and the items in hand are left to their leases, which bring them back.
+    and the items in hand are left to their leases, which bring them back. A failure that
+    repeats (the same operation, the same kind of error) is logged at most once every
+    ``quiet_for`` seconds (default :data:`~dbqueue.worker.quiet.QUIET_FOR`, 30), the next
+    line saying how many were left out (:mod:`dbqueue.worker.quiet`).
     """
 
     def __init__(
@@ -101,6 +106,7 @@ class Worker(Handling, Maintenance, Leases, Signals):
         clock: Clock = utc_now,
         metrics_port: int | None = None,
         metrics_host: str = METRICS_HOST,
+        quiet_for: float = QUIET_FOR,
     ) -> None:
         if not consumers:
             raise InvalidArgument("a worker needs at least one queue with a handler")
@@ -134,8 +140,15 @@ class Worker(Handling, Maintenance, Leases, Signals):
                     f"metrics_port must be a TCP port, 0 to 65535, got {metrics_port!r}"
                 )
             require_prometheus()  # now, not once the worker runs
+        if (
+            isinstance(quiet_for, bool)
+            or not isinstance(quiet_for, int | float)
+            or not 0 <= quiet_for < float("inf")
+        ):
+            raise InvalidArgument(f"quiet_for must be seconds, 0 or more, got {quiet_for!r}")
         self.consumers = list(consumers)
-        self.chores = [*chores, *schedule_chores(self.consumers, clock)]
+        self.quiet = Throttle(quiet_for, logger=log)
+        self.chores = [*chores, *schedule_chores(self.consumers, clock, self.quiet)]
         self.concurrency = concurrency
         self.burst = burst
         #: Seconds of database errors in a row after which the worker gives up (WorkerGaveUp);
@@ -188,7 +201,9 @@ class Worker(Handling, Maintenance, Leases, Signals):
         for queues in by_database.values():
             first = queues[0]
             channels = [q.channel for q in queues if q.channel is not None]
-            listeners.append(Listener(first.connect_listener, channels, self.doorbell))
+            listeners.append(
+                Listener(first.connect_listener, channels, self.doorbell, quiet=self.quiet)
+            )
         return listeners
 
     @property
@@ -375,7 +390,14 @@ class Worker(Handling, Maintenance, Leases, Signals):
             except Exception as exc:  # the next pop meets the outage and handles it
                 if is_outage(exc):
                     self._outages.failed(queue, exc)
-                log.debug("queue %s: next_due failed (%s)", queue.name, exc)
+                self.quiet.failure(
+                    f"queue {queue.name}: next_due",
+                    exc,
+                    "queue %s: next_due failed (%s)",
+                    queue.name,
+                    exc,
+                    level=logging.DEBUG,
+                )
                 quietly(queue.disconnect)
                 continue
             if when is not None:

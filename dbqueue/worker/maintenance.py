@@ -82,22 +82,37 @@ class Maintenance(WorkerBase):
             try:
                 done = chore.run()
             except Exception as exc:
-                log.warning("%s failed (%s); tried again in %.0f s", chore.name, exc, chore.every)
+                self.quiet.failure(
+                    chore.name,
+                    exc,
+                    "%s failed (%s); tried again in %.0f s",
+                    chore.name,
+                    exc,
+                    chore.every,
+                )
                 quietly(chore.disconnect)
                 continue
             if done:
                 log.info("%s: %s", chore.name, done)
 
     def _guarded[T](self, queue: WorkerQueue, what: str, call: Callable[[], T]) -> T | None:
-        """``call()`` for the maintenance thread: a failure is logged and drops the thread's
-        connection (the next round reconnects); None then. An outage counts towards the
-        worker's ``reconnect_for``."""
+        """``call()`` for the maintenance thread: a failure drops the thread's connection
+        (the next round reconnects) and is logged, at most once every ``quiet_for`` seconds
+        while it repeats (a compaction check fails ten times a second while the database is
+        away); None then. An outage counts towards the worker's ``reconnect_for``."""
         try:
             return call()
         except Exception as exc:
             if is_outage(exc):
                 self._outages.failed(queue, exc)
-            log.warning("queue %s: %s failed (%s)", queue.name, what, exc)
+            self.quiet.failure(
+                f"queue {queue.name}: {what}",
+                exc,
+                "queue %s: %s failed (%s)",
+                queue.name,
+                what,
+                exc,
+            )
             quietly(queue.disconnect)
             return None
 

@@ -9,11 +9,15 @@ from dbqueue.errors import InvalidArgument
 from dbqueue.scheduler import CHECK_EVERY, Clock, Scheduler, ScheduleTarget
 from dbqueue.schedules import Schedule, schedules_of
 from dbqueue.worker.consumer import Chore, Consumer
+from dbqueue.worker.quiet import Throttle
 
 
-def schedule_chores(consumers: Sequence[Consumer], clock: Clock) -> list[Chore]:
+def schedule_chores(
+    consumers: Sequence[Consumer], clock: Clock, quiet: Throttle | None = None
+) -> list[Chore]:
     """A chore pushing the ticks of the schedules declared on the consumers' handlers, and on
-    their queues (the queue option ``schedule``), into those queues (none without schedules).
+    their queues (the queue option ``schedule``), into those queues (none without schedules);
+    a push that keeps failing is logged through ``quiet`` (the worker's log throttle).
     Raises InvalidArgument for a schedule whose queue cannot take a scheduled push,
     InvalidSpec for two schedules of one name."""
     pairs = []
@@ -34,7 +38,7 @@ def schedule_chores(consumers: Sequence[Consumer], clock: Clock) -> list[Chore]:
             pairs.append((schedule, _as_target(target)))
     if not pairs:
         return []
-    scheduler = Scheduler(pairs, clock=clock)
+    scheduler = Scheduler(pairs, clock=clock, quiet=quiet)
     return [Chore("schedules", CHECK_EVERY, scheduler.run, scheduler.disconnect)]
 
 

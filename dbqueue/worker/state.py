@@ -17,6 +17,7 @@ from dbqueue.outage import is_outage
 from dbqueue.wakeup import Doorbell, Listener, PollPolicy, quietly
 from dbqueue.worker.consumer import Chore, Consumer, WorkerQueue, WorkerStats
 from dbqueue.worker.heartbeat import Activity, Heartbeat
+from dbqueue.worker.quiet import Throttle
 from dbqueue.worker.tallies import Tallies
 
 log = logging.getLogger("dbqueue.worker")
@@ -161,6 +162,8 @@ class WorkerBase:
     #: leases, and run() returns without waiting for the threads still in a handler.
     _abandoned: threading.Event
     _outages: Outages
+    #: Logs a repeating failure once in a while (see dbqueue.worker.quiet).
+    quiet: Throttle
 
     def stop(self, *, release_unstarted: bool = False) -> None:
         """Stop taking work: every thread finishes the batch in hand and settles it. With
@@ -187,7 +190,14 @@ class WorkerBase:
         except Exception as exc:
             if is_outage(exc):
                 self._outages.failed(queue, exc)
-            log.warning("queue %s: could not release %d item(s) (%s)", queue.name, len(items), exc)
+            self.quiet.failure(
+                f"queue {queue.name}: release",
+                exc,
+                "queue %s: could not release %d item(s) (%s)",
+                queue.name,
+                len(items),
+                exc,
+            )
             quietly(queue.disconnect)
             return
         log.info("queue %s: released %d unstarted item(s)", queue.name, len(released))
@@ -276,8 +286,11 @@ class WorkerBase:
             )
             return
         delay = retry.next()
+        what = f"queue {queue.name}: {operation}"
         if outage:
-            log.warning(
+            self.quiet.failure(
+                what,
+                exc,
                 "queue %s: database error (%s failed: %s); retrying in %.1f s",
                 queue.name,
                 operation,
@@ -285,11 +298,14 @@ class WorkerBase:
                 delay,
             )
         else:  # not an outage: the statement itself was refused, so say where
-            log.error(
+            self.quiet.failure(
+                what,
+                exc,
                 "queue %s: database error (%s failed); retrying in %.1f s",
                 queue.name,
                 operation,
                 delay,
+                level=logging.ERROR,
                 exc_info=exc,
             )
         (self._abandoned if settling else self._stopping).wait(delay)

@@ -1,5 +1,6 @@
 """A worker with items in hand when its database goes away (a proxy in front of PostgreSQL,
-killed): the first SIGTERM ends it at once, whatever its threads are doing."""
+killed): the first SIGTERM ends it at once, whatever its threads are doing, and a worker that
+keeps waiting says each repeating failure at most once per ``quiet_for``."""
 
 from __future__ import annotations
 
@@ -7,16 +8,17 @@ import logging
 import os
 import signal
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from itertools import pairwise
 
 import pytest
 
 from dbqueue import WorkerGaveUp
 from dbqueue.message import Message, State
 from dbqueue.worker import Consumer, Worker
-from tests.core.cutbed import PATIENCE, Cut, cut_queue, join_worker_threads
+from tests.core.cutbed import PATIENCE, Cut, cut_queue, join_worker_threads, run_in_thread
 
 pytestmark = pytest.mark.postgresql
 
@@ -129,3 +131,62 @@ def test_the_first_sigterm_during_an_outage_ends_the_worker(
     said = [m for m in watch.messages(logging.ERROR) if str(raised.value) in m]
     assert len(said) == 1, watch.messages()
     assert cut.states() == Counter({State.LEASED: 6})  # their leases bring them back
+
+
+# -- a worker that keeps waiting ----------------------------------------------------------------
+
+
+def test_a_waiting_worker_says_each_failure_once_per_quiet_for(cut: Cut, watch: Watch) -> None:
+    """Without ``reconnect_for`` the worker waits for its database as long as it takes; its
+    lease thread fails four times a second, the compaction check ten times a second, the
+    rescue every second. Each of these causes is logged at most once per ``quiet_for``
+    (shortened here from 30 s), the next line saying how many were left out."""
+    quiet_for = 0.5
+    cut.push(6)
+    started, release = threading.Event(), threading.Event()
+
+    def handle(m: Message) -> None:
+        started.set()
+        if m.payload["n"] == 0:
+            release.wait(PATIENCE)
+
+    worker = Worker([Consumer(cut.binding, handle)], quiet_for=quiet_for)
+    thread, raised = run_in_thread(worker)
+    try:
+        assert started.wait(PATIENCE)
+        cut.proxy.kill()
+        cut_at = len(watch.records)
+
+        def compaction_said(times: int) -> Callable[[logging.LogRecord], bool]:
+            def enough(_: logging.LogRecord) -> bool:
+                lines = [r for r in watch.records if "compaction failed" in r.getMessage()]
+                return len(lines) >= times
+
+            return enough
+
+        watch.wait_for("three compaction lines", compaction_said(3))
+        assert thread.is_alive() and not raised  # still waiting for its database
+        during = list(watch.records[cut_at:])
+    finally:
+        worker.stop(release_unstarted=True)  # (the database is away: it ends at once)
+        release.set()
+        thread.join(PATIENCE)
+        join_worker_threads()
+    assert [type(e) for e in raised] == [WorkerGaveUp]
+    failures = [r for r in during if r.levelno >= logging.WARNING]
+    # Every line that can repeat during an outage goes through the worker's throttle.
+    unthrottled = [r.getMessage() for r in failures if not hasattr(r, "dbqueue_cause")]
+    assert unthrottled == []
+    by_cause: defaultdict[object, list[logging.LogRecord]] = defaultdict(list)
+    for record in failures:
+        by_cause[record.dbqueue_cause].append(record)  # type: ignore[attr-defined]
+    whats = {str(cause[0]).rsplit(": ", 1)[-1] for cause in by_cause}  # type: ignore[index]
+    assert {"compaction", "lease extension"} <= whats, whats
+    for cause, records in by_cause.items():
+        times = [r.created for r in records]
+        gaps = [later - earlier for earlier, later in pairwise(times)]
+        # (created is the wall clock, the throttle's the monotonic one: a little slack)
+        assert all(gap >= quiet_for - 0.1 for gap in gaps), (cause, gaps)
+    compaction = next(rs for c, rs in by_cause.items() if "compaction" in str(c))
+    assert all(r.dbqueue_left_out > 0 for r in compaction[1:])  # type: ignore[attr-defined]
+    assert compaction[-1].getMessage().endswith(" more since)")
