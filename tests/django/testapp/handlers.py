@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from dbqueue_django import handler
 from tests.django.testapp.models import Ping, Tick
 
@@ -11,9 +13,12 @@ RECEIVED: list[str] = []
 
 @handler(Ping, batch_size=10)
 def record_ping(ping: Ping) -> None:
-    """Record the message; "boom" raises, so failures can be tested."""
+    """Record the message; "boom" raises, so failures can be tested; "sleep 0.5" takes that
+    many seconds first, so a test can take the database away while items are in hand."""
     if ping.message == "boom":
         raise ValueError("boom")
+    if ping.message.startswith("sleep "):
+        time.sleep(float(ping.message.split()[1]))
     RECEIVED.append(ping.message)
 
 
