@@ -148,7 +148,8 @@ SUBCOMMAND = Subcommand(
     "process queue items with their @handler functions",
     "Import the MODULEs, then run the handlers they register until stopped. SIGTERM or "
     "Ctrl-C finishes the batches in hand and exits 0; a second one exits at once (leases "
-    "bring the unfinished items back).",
+    "bring the unfinished items back), and so does the first one, with status 1, while the "
+    "database is unreachable.",
     _worker_arguments,
     _run_worker,
 )

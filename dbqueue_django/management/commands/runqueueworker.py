@@ -45,7 +45,8 @@ class Command(BaseCommand):
     help = (
         "Process queue items with their @handler functions. Name queues as app_label.Model; "
         "with none named, every queue that has a handler. SIGTERM or Ctrl-C finishes the "
-        "batches in hand and exits; a second one exits at once."
+        "batches in hand and exits; a second one exits at once, and so does the first one, "
+        "with status 1, while the database is unreachable."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
