@@ -9,7 +9,6 @@ The core imports no framework. Declare a :class:`QueueSpec`, pick a dialect, and
 """
 
 from dbqueue.backoff import Backoff
-from dbqueue.compaction import CompactResult
 from dbqueue.dialects import Dialect, get_dialect
 from dbqueue.errors import (
     DBQueueError,
@@ -44,6 +43,7 @@ from dbqueue.ring import RingQueue
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec, WhenFull
 from dbqueue.split import SplitQueue
 from dbqueue.unique import Pushed, UniqueScope
+from dbqueue.upkeep.compaction import CompactResult
 
 __version__ = "0.1.0.dev0"
 

@@ -108,19 +108,21 @@ class QueueUnavailable(DBQueueError):
 
 
 class SnapshotTooOld(DBQueueError):
-    """The caller's transaction took its snapshot (REPEATABLE READ or SERIALIZABLE) before the
-    queue's tables were compacted (see :mod:`dbqueue.compaction`), and compaction's TRUNCATE
-    is not MVCC-safe: that snapshot sees the tables empty. Nothing was written; roll the
-    transaction back and run it again, as after a serialization failure."""
+    """An operation ran in the caller's REPEATABLE READ or SERIALIZABLE transaction, whose
+    snapshot is older than a change to the rows the operation had to change (another worker
+    leased or acked them, a push took a unique key), and PostgreSQL refused it: a
+    serialization failure (SQLSTATE 40001, chained as ``__cause__``). Nothing of the
+    transaction can be committed now; roll it back and run it again. What such a transaction
+    reads of a queue is always the queue as it was at its snapshot: no dbqueue operation
+    changes what an existing snapshot sees (see :mod:`dbqueue.upkeep`)."""
 
     def __init__(self, queue: str, operation: str) -> None:
         self.queue, self.operation = queue, operation
         super().__init__(
-            f"queue {queue!r} was compacted after this transaction took its snapshot "
-            f"(REPEATABLE READ or SERIALIZABLE): the snapshot sees its tables empty, so "
-            f"{operation} cannot run in it; nothing was written. Roll back and run the "
-            f"transaction again, as after a serialization failure (or touch the queue at its "
-            f"start: a transaction that holds the queue's lock keeps compaction away)"
+            f"queue {queue!r}: {operation} met rows changed after this transaction took its "
+            f"snapshot (REPEATABLE READ or SERIALIZABLE), and PostgreSQL refused it "
+            f"(serialization failure); nothing was written. Roll the transaction back and run "
+            f"it again"
         )
 
 

@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 
 from dbqueue.arguments import TokenLike
 from dbqueue.codec import payload_rows
-from dbqueue.compaction import LOCK_TIMEOUT, CompactResult
 from dbqueue.dialects.base import Dialect
+from dbqueue.errors import TransactionStateError
 from dbqueue.executor import Executor
 from dbqueue.message import (
     CancelOutcome,
@@ -41,6 +41,7 @@ from dbqueue.spec import QueueSpec
 from dbqueue.split import SplitQueue
 from dbqueue.tracing import push_span
 from dbqueue.unique import Pushed
+from dbqueue.upkeep.compaction import LOCK_TIMEOUT, CompactResult
 
 #: A core queue of either layout: both have the same operations.
 AnyQueue = SplitQueue | RingQueue
@@ -56,9 +57,9 @@ AT_MOST_ONCE_REFUSAL = (
 )
 #: Why ``compact()`` refuses a connection in a transaction.
 COMPACT_REFUSAL = (
-    "compact() runs in a transaction of its own, but the session has one open: its "
-    "lock on the queue's tables would stop every producer and worker until the "
-    "session commits. Commit first, or call it on a fresh session"
+    "compact() runs VACUUM, which PostgreSQL runs only outside a transaction, but the "
+    "connection has one open: call it outside atomic() (Django), after a commit or on a "
+    "fresh session (SQLAlchemy)"
 )
 
 
@@ -113,6 +114,17 @@ class FrontQueue[M](ABC):
         one open. By default the caller's connection as it is: the core refuses what it
         must."""
         yield self._bind()
+
+    @contextmanager
+    def _outside_transaction(self, refusal: str) -> Iterator[tuple[AnyQueue, Executor]]:
+        """The caller's connection with no transaction open, each statement committed on its
+        own (what VACUUM needs), refused (:class:`~dbqueue.errors.TransactionStateError`
+        with ``refusal``) where the caller has a transaction open. By default the caller's
+        connection as it is (Django's, outside ``atomic()``, commits each statement)."""
+        core, ex = self._bind()
+        if ex.in_transaction():
+            raise TransactionStateError(refusal)
+        yield core, ex
 
     # -- consumer groups ----------------------------------------------------------------------
 
@@ -293,18 +305,19 @@ class FrontQueue[M](ABC):
         return core.next_due(ex)
 
     def compact(self, *, lock_timeout: dt.timedelta = LOCK_TIMEOUT) -> CompactResult:
-        """Rewrite the queue's tables to their live rows, giving back the dead versions a long
-        transaction kept vacuum from removing (PostgreSQL; see dbqueue.compaction). It runs in
-        a transaction of its own (outside ``atomic()``, or on a session with none open): it
-        takes a short exclusive lock, waited for at most ``lock_timeout``, which must not last
-        until the caller commits."""
-        with self._own_transaction(COMPACT_REFUSAL) as (core, ex):
+        """Give the queue's tables back what a long transaction made them grow by, once it has
+        ended (PostgreSQL; see :mod:`dbqueue.upkeep.compaction`): a plain VACUUM, then, if
+        what is left is small, VACUUM FULL, which copies every row version some snapshot may
+        still see, so that no backup, replica or report sees the queue any different. It runs
+        outside any transaction (outside ``atomic()``, or on a session with none open), and
+        waits at most ``lock_timeout`` for each table's lock; a skip is in the result."""
+        with self._outside_transaction(COMPACT_REFUSAL) as (core, ex):
             return core.compact(ex, lock_timeout=lock_timeout)
 
     def compact_if_grown(self) -> CompactResult | None:
         """:meth:`compact` if the tables grew enough since this process last compacted them
         (what a worker does every ``CHECK_EVERY`` seconds); None if it was not due."""
-        with self._own_transaction(COMPACT_REFUSAL) as (core, ex):
+        with self._outside_transaction(COMPACT_REFUSAL) as (core, ex):
             return core.compact_if_grown(ex)
 
     def stats(self) -> dict[str, Any]:
@@ -378,6 +391,11 @@ class GroupFront[M](FrontQueue[M]):
     @contextmanager
     def _own_transaction(self, refusal: str) -> Iterator[tuple[AnyQueue, Executor]]:
         with self.front._own_transaction(refusal) as (core, ex):
+            yield _group_core(core, self.name), ex
+
+    @contextmanager
+    def _outside_transaction(self, refusal: str) -> Iterator[tuple[AnyQueue, Executor]]:
+        with self.front._outside_transaction(refusal) as (core, ex):
             yield _group_core(core, self.name), ex
 
     def group(self, name: str) -> FrontQueue[M]:

@@ -12,7 +12,6 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self
 
-from dbqueue import compaction
 from dbqueue.arguments import ZERO, Token, TokenLike, check_count, check_duration, fenced, to_tokens
 from dbqueue.codec import Codec
 from dbqueue.dialects.base import Dialect
@@ -20,7 +19,6 @@ from dbqueue.error_text import storable_error
 from dbqueue.errors import (
     InvalidArgument,
     NotLeased,
-    SnapshotTooOld,
     TransactionStateError,
     UnsupportedOperation,
     shown,
@@ -39,6 +37,7 @@ from dbqueue.spec import QueueSpec
 from dbqueue.sql import Statement
 from dbqueue.statements import Statements
 from dbqueue.unreadable import failed_for_good
+from dbqueue.upkeep import compaction
 
 RESCUE_ERROR = "lease expired: the worker holding it died, or overran its lease"
 #: The start of the error a message gets when a pop cannot read it.
@@ -323,22 +322,9 @@ class Layout(Statements):
         settled)."""
         if len(done) == len(tokens):
             return
-        self._raise_if_compacted(ex, operation)
         rows = self._rows(ex, "not_leased", self._token_params(tokens), NumberRow)
         bad = {int(r.number) for r in rows} or ({t[0] for t in tokens} - set(done))
         raise NotLeased(bad, operation)
-
-    def _raise_if_compacted(self, ex: Executor, operation: str) -> None:
-        """Raise SnapshotTooOld if the caller's transaction took its snapshot before the
-        queue's tables were compacted: what ``operation`` did not find was truncated under
-        that snapshot (see :mod:`dbqueue.compaction`), not taken by someone else. Checked only
-        where a statement found less than it should, so it costs the hot paths nothing."""
-        if (
-            self.dialect.keeps_dead_versions
-            and ex.in_transaction()
-            and self._rows(ex, "compacted", {}, ValueRow)[0].value
-        ):
-            raise SnapshotTooOld(self.spec.table, operation)
 
     def ack(self, ex: Executor, items: TokenLike, *, strict: bool = True) -> list[int]:
         """Remove leased items after their work is done (a split queue with ``keep_done``
@@ -485,14 +471,15 @@ class Layout(Statements):
         (row,) = self._rows(ex, "next_due", {}, ValueRow)
         return self.dialect.time_result(row.value)
 
-    # -- compaction (see dbqueue.compaction) ---------------------------------------------------
+    # -- compaction (see dbqueue.upkeep.compaction) -------------------------------------------
 
     def compact(
         self, ex: Executor, *, lock_timeout: dt.timedelta = compaction.LOCK_TIMEOUT
     ) -> compaction.CompactResult:
-        """Rewrite the queue's tables to their live rows, giving back the dead versions a long
-        transaction kept vacuum from removing; in a transaction of its own, waiting at most
-        ``lock_timeout`` for its lock (a skip is in the result, not raised)."""
+        """Rewrite the queue's tables to what some snapshot may still see (VACUUM FULL, once a
+        plain VACUUM has shown that copy to be small), giving back what a long transaction
+        made them grow by; outside any transaction, waiting at most ``lock_timeout`` for each
+        table's lock (a skip is in the result, not raised)."""
         return compaction.compact(self, ex, lock_timeout=lock_timeout)
 
     def compact_if_grown(self, ex: Executor) -> compaction.CompactResult | None:
@@ -500,13 +487,6 @@ class Layout(Statements):
         (the worker's maintenance calls it every ``CHECK_EVERY`` seconds); None if it was not
         due."""
         return compaction.compact_if_grown(self, ex, self._growth)
-
-    def compaction_plan(self, ex: Executor, limit: int) -> compaction.Plan:
-        """What a compaction runs (see :mod:`dbqueue.compaction`): one transaction copying
-        the queue's rows; nothing if that would copy more than ``limit`` rows under its
-        lock."""
-        live = int(self._rows(ex, "live", {"n": limit + 1}, ValueRow)[0].value)
-        return [(("compact", {}),)] if live <= limit else []
 
     def extend(
         self, ex: Executor, items: TokenLike, *, lease: dt.timedelta | None = None

@@ -411,7 +411,7 @@ SEGMENT_SLOTS = 6_000
 #: (bench/reports/2026-11-27-ring-partitions.md, 24,000 slots, 2 client pairs: 2 partitions
 #: ran at 0.89-0.92x of one table's rate, 4 at 0.91-0.95x, 8 at 0.83-0.94x). Past 8 segments
 #: of ``SEGMENT_SLOTS`` (48,000 slots) the segments grow instead, up to
-#: ``dbqueue.compaction.MAX_ROWS`` each (96,000 slots), the most one transaction copies.
+#: ``dbqueue.upkeep.compaction.MAX_ROWS`` each (96,000 slots), the most one rewrite copies.
 MAX_SEGMENTS = 8
 
 
@@ -420,12 +420,12 @@ def ring_segment_bounds(capacity: int) -> list[int]:
     whose slots live in one table.
 
     A long transaction makes every slot update leave a dead version behind, and compaction
-    (:mod:`dbqueue.compaction`) gives them back by copying the slots out and back under a
-    lock that must stay short. A ring of more than :data:`SEGMENT_SLOTS` slots is therefore a
-    table partitioned by slot range into as few segments as keep each within that (at most
-    :data:`MAX_SEGMENTS`), and compaction takes one segment at a time, each in a transaction
-    of its own. The hot statements are the same SQL either way: PostgreSQL routes each slot
-    to its segment."""
+    (:mod:`dbqueue.upkeep.compaction`) gives them back by rewriting the slots (VACUUM FULL)
+    under a lock that must stay short. A ring of more than :data:`SEGMENT_SLOTS` slots is
+    therefore a table partitioned by slot range into as few segments as keep each within that
+    (at most :data:`MAX_SEGMENTS`), and compaction rewrites one segment at a time, each in a
+    transaction of its own. The hot statements are the same SQL either way: PostgreSQL routes
+    each slot to its segment."""
     if capacity <= SEGMENT_SLOTS:
         return []
     n = min(MAX_SEGMENTS, -(-capacity // SEGMENT_SLOTS))

@@ -9,13 +9,16 @@ import time
 from typing import Any
 
 from dbqueue.dialects.base import Dialect
-from dbqueue.errors import DBQueueError, QueueTableMissing
+from dbqueue.errors import DBQueueError, QueueTableMissing, SnapshotTooOld
 from dbqueue.executor import Executor, Row
-from dbqueue.outage import is_outage, unavailable
+from dbqueue.outage import is_outage, sqlstate, unavailable
 from dbqueue.rows import NumberRow
 from dbqueue.spec import QueueSpec
 from dbqueue.sql import Statement, render
 
+#: The SQLSTATE of a serialization failure: a REPEATABLE READ or SERIALIZABLE transaction
+#: tried to change a row changed after its snapshot was taken.
+_SERIALIZATION_FAILURE = "40001"
 #: What marks a statement that takes the ``commit`` parameter (see ``_relaxed`` in
 #: sql/postgresql/common.sql and :attr:`~dbqueue.spec.QueueOptions.durable_acks`).
 RELAXED = "set_config('synchronous_commit'"
@@ -69,14 +72,41 @@ class Statements:
                 return ex.execute(stmt.parts[0], params)
             with ex.atomic():
                 return self._run_block(ex, stmt, params)
-        except QueueTableMissing as exc:
-            raise self._missing(exc) from exc
-        except DBQueueError:
-            raise
         except Exception as exc:
-            if is_outage(exc):
-                raise unavailable(exc, self.spec.table, operation, not_stored) from exc
-            raise
+            told = self._told(exc, operation, not_stored)
+            if told is exc:
+                raise
+            raise told from exc
+
+    def _run_outside(self, ex: Executor, operation: str, params: dict[str, Any]) -> list[Row]:
+        """Run the statements of ``operation`` one after the other, each its own transaction
+        (VACUUM, which PostgreSQL runs only outside a transaction block: the caller has
+        checked that ``ex`` has none open); the last one's rows."""
+        rows: list[Row] = []
+        for part in self._statement(operation).parts:
+            try:
+                rows = ex.execute(part, {**self._params(), **params})
+            except Exception as exc:
+                told = self._told(exc, operation, True)
+                if told is exc:
+                    raise
+                raise told from exc
+        return rows
+
+    def _told(self, exc: Exception, operation: str, in_transaction: bool) -> Exception:
+        """What to raise for ``exc``, raised by ``operation``'s statement: a missing table, a
+        serialization failure in the caller's transaction (which only a new transaction can
+        mend, not a wait) or an outage in the queue's terms; dbqueue's own errors and the rest
+        as they are."""
+        if isinstance(exc, QueueTableMissing):
+            return self._missing(exc)
+        if isinstance(exc, DBQueueError):
+            return exc
+        if in_transaction and sqlstate(exc) == _SERIALIZATION_FAILURE:
+            return SnapshotTooOld(self.spec.table, operation)
+        if is_outage(exc):
+            return unavailable(exc, self.spec.table, operation, in_transaction)
+        return exc
 
     def _rows[R: tuple[Any, ...]](
         self, ex: Executor, operation: str, params: dict[str, Any], row: type[R]

@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from dbqueue.compaction import CompactResult
 from dbqueue.executor import Executor
 from dbqueue.front import AnyQueue, ExecutorFront, FrontQueue
 from dbqueue.message import RescueResult, State
 from dbqueue.schedules import Schedule
 from dbqueue.unreadable import counting_failed
+from dbqueue.upkeep.compaction import CompactResult
 
 #: Guards the workers' threads' counts of unreadable messages (FrontWorkerQueue).
 _UNREADABLE_LOCK = threading.Lock()

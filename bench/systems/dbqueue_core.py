@@ -10,9 +10,9 @@ import psycopg
 
 from bench.systems.base import IDLE_SLEEP, PAYLOAD, System, Tally
 from dbqueue import Field, FieldKind, QueueSpec, RingQueue, SplitQueue, get_dialect
-from dbqueue.compaction import CHECK_EVERY
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.schema import create_statements
+from dbqueue.upkeep.compaction import CHECK_EVERY
 
 SPEC = QueueSpec("bench_split", (Field("payload", FieldKind.TEXT),))
 POSTGRESQL = get_dialect("postgresql")

@@ -43,7 +43,7 @@ class Dialect(ABC):
     concurrent_writers: ClassVar[bool] = False
     #: An update or a delete leaves the old row version in the table until vacuum removes it,
     #: which a long transaction forbids (multiversion storage): a queue's tables need
-    #: compaction then (dbqueue.compaction).
+    #: compaction then (dbqueue.upkeep.compaction).
     keeps_dead_versions: ClassVar[bool] = False
 
     def quote(self, identifier: str) -> str:

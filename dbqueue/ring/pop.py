@@ -200,7 +200,6 @@ class RingPop(RingBase):
             rows = all_of()
             if len(rows) < len(tokens):
                 found = {r.number for r in rows}
-                self._raise_if_compacted(ex, operation)
                 raise NotLeased({t[0] for t in tokens if t[0] not in found}, operation)
             return rows
 

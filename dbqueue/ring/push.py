@@ -269,8 +269,6 @@ class RingPush(RingBase):
         row = BlockedRow._make(raw[: len(BlockedRow._fields)])
         if self.spec.options.groups and raw[-1] and lagging is not None:
             lagging.append(str(raw[-1]))
-        if row.slot_seq is None:  # no slot row at all: a snapshot older than a compaction?
-            self._raise_if_compacted(ex, "push")
         self._check_number(number, row.slot_seq)
         return PushOutcome(row.outcome)
 

@@ -6,16 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from dbqueue import compaction
 from dbqueue.arguments import TokenLike
 from dbqueue.errors import InvalidArgument, QueueTableMissing, RingNotEmpty, UnsupportedOperation
 from dbqueue.executor import Executor
 from dbqueue.message import CancelOutcome, Message, QueueStats, StateSelector
 from dbqueue.ring.pop import RingPop
 from dbqueue.ring.push import PUSH_OPERATIONS, RingPush
-from dbqueue.ring.states import SLOT_OF_SELECTOR, CountersRow, SegmentRow, SlotState
+from dbqueue.ring.states import SLOT_OF_SELECTOR, CountersRow, SlotState
 from dbqueue.ring.sweeper import RingSweeper
-from dbqueue.rows import NumberRow, StatsRow, ValueRow
+from dbqueue.rows import NumberRow, StatsRow
 from dbqueue.schema import ring_refill_statements
 
 
@@ -53,27 +52,6 @@ class RingQueue(RingPush, RingPop, RingSweeper):
     def cancel_requested(self, ex: Executor, item: TokenLike) -> bool:
         """Always False: nothing can request a ring message's cancellation."""
         return False
-
-    def compaction_plan(self, ex: Executor, limit: int) -> compaction.Plan:
-        """A compaction copies the ring's slots, ``capacity`` rows whatever they hold, a
-        transaction for each of its segments (see :func:`dbqueue.schema.ring_segment_bounds`),
-        and the side table's rows: with the last slots if both fit in ``limit``, else in a
-        transaction of their own if they fit alone (failed messages kept for an operator may
-        be many, and must not keep the slots, the hot table, from compaction). Nothing if a
-        segment holds more than ``limit`` slots. A ring with consumer groups is not compacted
-        (its groups' state tables hold no payload for ``ring_compact`` to keep): no plan."""
-        if self.spec.options.groups:
-            return []
-        segments = self._rows(ex, "segments", {}, SegmentRow)
-        if not segments or any(int(s.slots) > limit for s in segments):
-            return []
-        plan: compaction.Plan = [(("compact", {"segment": s.segment}),) for s in segments]
-        side = int(self._rows(ex, "side_live", {"n": limit + 1}, ValueRow)[0].value)
-        if side + int(segments[-1].slots) <= limit:
-            plan[-1] += (("compact_side", {}),)
-        elif side <= limit:
-            plan.append((("compact_side", {}),))
-        return plan
 
     def stats(self, ex: Executor) -> QueueStats:
         """Counts per state (ready: in a slot or due to be pushed again; ``scheduled``: waiting

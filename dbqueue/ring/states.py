@@ -145,14 +145,6 @@ class CountersRow(NamedTuple):
     pop_next: int
 
 
-class SegmentRow(NamedTuple):
-    """A row of ``ring_segments``: a table holding slots (the slot table, or one of its
-    segments), as regclass text, and how many slots it holds."""
-
-    segment: str
-    slots: int
-
-
 class SweepRow(NamedTuple):
     """The row of ``ring_sweep`` and ``ring_sweep_side`` (PostgreSQL)."""
 

@@ -34,7 +34,7 @@ skipped; a batch is delivered twice only when its leases ran out before the rest
 another consumer's rescue gave them back (at-least-once). Expired leases are given back by the
 queue's rescue, which the stream runs itself, at most every ``rescueSeconds``, when it plans a
 batch (as a worker does: a stream may be the queue's only consumer); so does compaction, when a
-long transaction makes the tables grow (:mod:`dbqueue.compaction`). A queue declared with
+long transaction makes the tables grow (:mod:`dbqueue.upkeep.compaction`). A queue declared with
 ``keep_done`` needs ``keepDone=true``, so that acks mark items done instead of deleting them.
 
 Available now: :meth:`~QueueStream.prepareForTriggerAvailableNow` fixes where the query stops,
@@ -71,7 +71,6 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from dbqueue.compaction import CHECK_EVERY
 from dbqueue.discovery import FoundQueue
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.front import ExecutorFront
@@ -82,6 +81,7 @@ from dbqueue.spark.connection import connect
 from dbqueue.spark.leases import LeaseKeeper
 from dbqueue.spark.reader import state_names, to_batch
 from dbqueue.split import SplitQueue
+from dbqueue.upkeep.compaction import CHECK_EVERY
 
 Run = list[int]  # [first id, last id, attempts]
 Token = tuple[int, int]

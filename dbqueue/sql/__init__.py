@@ -121,10 +121,14 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         unnest_source = f"generate_series(1, {dialect.param('count')}) WITH ORDINALITY AS r(x, ord)"
         keyed_source = f"unnest({keys}) WITH ORDINALITY AS r(key, ord)"
     data, meta = q(spec.table), q(spec.meta_table)
+    # The tables compaction looks after (dbqueue.upkeep.compaction): the meta table (every
+    # group's, for the queue of them all) and the data table.
+    tables = [*(spec.group_meta_tables if spec.fans_out else (spec.meta_table,)), spec.table]
     return {
         **{f"state_{state.name.lower()}": str(int(state)) for state in State},
         "data": data,
         "meta": meta,
+        **relations_context(tables, dialect),
         "insert_columns": ", ".join([*(q(f.name) for f in fields), "enqueued_at"]),
         "payload_params": "".join(f"{p}, " for p in params),
         "d_payload": "".join(f", {dialect.payload_select('d', f)}" for f in fields),
@@ -138,6 +142,16 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         "keyed_source": keyed_source,
         **unique_context(spec, dialect),
         **group_context(spec, dialect),
+    }
+
+
+def relations_context(tables: Sequence[str], dialect: Dialect) -> dict[str, str]:
+    """The tables a layout's compaction statements name (``{tables}``, for VACUUM) and their
+    relations as values (``{table_oids}``, for the catalog)."""
+    q = dialect.quote
+    return {
+        "tables": ", ".join(q(t) for t in tables),
+        "table_oids": ", ".join(f"'{q(t)}'::regclass" for t in tables),
     }
 
 
@@ -229,7 +243,6 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     values they share with the Python side (``{slot_ready}``: dbqueue.ring.states)."""
     # Here, not at the top: the ring package imports this module (through dbqueue.layout).
     from dbqueue.ring.states import sql_constants
-    from dbqueue.schema import RING_SLOT_PADDING
 
     q = dialect.quote
     fields = spec.fields
@@ -241,8 +254,13 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         else ""
     )
     constants = sql_constants()
+    # The tables compaction looks after (dbqueue.upkeep.compaction): the slots (a group's
+    # state rows, and the slot table holding their payloads), the side table.
+    grouped = spec.group is not None
+    tables = [spec.state_table, spec.failed_table, *([spec.table] if grouped else [])]
     return {
         **constants,
+        **relations_context(tables, dialect),
         # A consumer group's statements run on its state table (its row of every slot), and
         # read the payload from the slot table (see ring_group_context).
         "ring": q(spec.state_table),
@@ -284,12 +302,9 @@ def ring_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         "d_columns": "".join(f", d.{n}" for n in names),
         "u_payload": "".join(f", u.{n}" for n in names),
         "null_payload": ", NULL" * len(names),
-        # Compaction: the payload of a slot that holds a message, NULL in an empty one.
-        "k_payload_if_held": "".join(
-            f", CASE WHEN k.state = {constants['slot_empty']} THEN NULL ELSE k.{n} END"
-            for n in names
-        ),
-        "slot_padding": str(RING_SLOT_PADDING),
+        # What a slot a message leaves sets its payload to (ring.sql's _emptied): NULL, but in
+        # a consumer group's state table, which has no payload.
+        "clear_payload": "" if spec.group is not None else "".join(f", {n} = NULL" for n in names),
         "t_payload": "".join(f", {dialect.payload_select('t', f)}" for f in fields),
         # RETURNING on SQLite cannot see a table alias: the table's own name.
         "ring_payload": "".join(f", {dialect.payload_select(q(spec.table), f)}" for f in fields),
@@ -325,6 +340,10 @@ def ring_group_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
             "group_count": str(len(spec.options.groups)),
             "from_slots": "",
             "and_slots": "",
+            # A removing pop clears the slot's payload: it reads it from the slot as found.
+            "from_kept": f" FROM {ring} AS o",
+            "and_kept": " AND o.slot = t.slot AND o.seq = t.seq",
+            "kept_payload": "".join(f", {dialect.payload_select('o', f)}" for f in fields),
             "join_slots": "",
             "d_payload": "",
             "slot_columns": "".join(f", t.{q(f.name)}" for f in fields),
@@ -334,6 +353,9 @@ def ring_group_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
         "group_count": str(len(spec.options.groups)),
         "from_slots": f" FROM {slots} AS d",
         "and_slots": " AND d.slot = t.slot AND d.seq = t.seq",
+        "from_kept": f" FROM {slots} AS d",
+        "and_kept": " AND d.slot = t.slot AND d.seq = t.seq",
+        "kept_payload": "".join(f", {dialect.payload_select('d', f)}" for f in fields),
         "join_slots": f" JOIN {slots} AS d ON d.slot = t.slot AND d.seq = t.seq",
         "d_payload": "".join(f", d.{q(f.name)}" for f in fields),
         "slot_columns": "".join(f", d.{q(f.name)}" for f in fields),

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from dbqueue.compaction import CompactResult
 from dbqueue.errors import InvalidArgument
 from dbqueue.message import RescueResult, State
+from dbqueue.upkeep.compaction import CompactResult
 
 
 class WorkerQueue(Protocol):
@@ -76,7 +76,7 @@ class WorkerQueue(Protocol):
 
     def compact(self) -> CompactResult | None:
         """Compact the queue's tables if they grew (a long transaction keeps vacuum from
-        removing their dead versions; see dbqueue.compaction); None if it was not due."""
+        removing their dead versions; see dbqueue.upkeep.compaction); None if it was not due."""
 
     def disconnect(self) -> None:
         """Close this thread's connection (after a database error, and when a thread ends)."""

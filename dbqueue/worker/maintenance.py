@@ -8,8 +8,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from dbqueue.compaction import BUSY, CHECK_EVERY
 from dbqueue.outage import is_outage
+from dbqueue.upkeep.compaction import BUSY, CHECK_EVERY
 from dbqueue.wakeup import quietly
 from dbqueue.worker.consumer import WorkerQueue
 from dbqueue.worker.state import WorkerBase, log

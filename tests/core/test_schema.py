@@ -10,7 +10,6 @@ from itertools import pairwise
 import psycopg
 import pytest
 
-from dbqueue.compaction import MAX_ROWS
 from dbqueue.dialects import PostgreSQL, SQLite
 from dbqueue.schema import (
     MAX_SEGMENTS,
@@ -26,6 +25,7 @@ from dbqueue.schema import (
     tuning_statements,
 )
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
+from dbqueue.upkeep.compaction import MAX_ROWS
 
 K = FieldKind
 FIELDS = (

@@ -23,7 +23,6 @@ from dbqueue import (
     QueueOptions,
     QueueSpec,
     SplitQueue,
-    compaction,
     get_dialect,
 )
 from dbqueue.drivers.psycopg import PsycopgExecutor
@@ -32,6 +31,7 @@ from dbqueue.errors import InvalidArgument, QueueTableMissing
 from dbqueue.executor import Executor
 from dbqueue.message import Message, State
 from dbqueue.schema import create_statements
+from dbqueue.upkeep import compaction
 from dbqueue.wakeup import PollPolicy
 from dbqueue.worker import Consumer, Worker
 from dbqueue.worker_queue import ExecutorQueue

@@ -19,13 +19,13 @@ from dbqueue import (
     QueueOptions,
     QueueSpec,
     SplitQueue,
-    compaction,
 )
 from dbqueue.discovery import FoundQueue
 from dbqueue.drivers import executor_for
 from dbqueue.spark import stream as stream_module
 from dbqueue.spark.stream import QueueStream, to_runs, to_tokens
 from dbqueue.spark.types import read_schema
+from dbqueue.upkeep import compaction
 from tests.spark.conftest import SPARK
 from tests.spark.streams import (
     DIALECT,
@@ -164,7 +164,7 @@ def test_a_stream_compacts_the_queue_it_alone_consumes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A stream may be a queue's only consumer: while a long transaction holds the xmin
-    horizon, its driver compacts the tables as a worker would (dbqueue.compaction), at each
+    horizon, its driver compacts the tables as a worker would (dbqueue.upkeep.compaction), at each
     batch it plans. Driven here as Spark drives it: plan a batch, commit the one before."""
     monkeypatch.setattr(stream_module, "CHECK_EVERY", 0.0)  # a look at every batch
     core, ex = SplitQueue(split, DIALECT), executor_for(DIALECT, spark_conn)

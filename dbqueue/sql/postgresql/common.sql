@@ -11,7 +11,19 @@
              ELSE set_config('synchronous_commit', %(commit)s::text, true) END) IS NOT NULL
 
 -- _compact_claim --
--- Compaction's first statement (see dbqueue.compaction): the lock timeout of its transaction,
--- and its advisory lock, tried, never awaited: one compactor per queue at a time.
-SELECT set_config('lock_timeout', %(lock_timeout)s, true) AS lock_timeout,
-       pg_try_advisory_xact_lock(%(compact_key)s) AS got
+-- Compaction's first statement (see dbqueue.upkeep.compaction), outside any transaction: its
+-- advisory lock, tried, never awaited (one compactor per queue at a time), held by the session
+-- until _compact_done; and the session's lock timeout (what VACUUM FULL waits for each table's
+-- lock), the one it had coming back to be restored by _compact_done.
+WITH old AS MATERIALIZED (
+    SELECT current_setting('lock_timeout') AS lock_timeout
+)
+SELECT pg_try_advisory_lock(%(compact_key)s) AS got, old.lock_timeout,
+       set_config('lock_timeout', %(lock_timeout)s, false) AS now
+FROM old
+
+-- _compact_done --
+-- Compaction's last statement, whatever happened: the claim given up if it was taken
+-- (%(got)s), the lock timeout restored (%(lock_timeout)s: the one _compact_claim returned).
+SELECT CASE WHEN %(got)s THEN pg_advisory_unlock(%(compact_key)s) END,
+       set_config('lock_timeout', %(lock_timeout)s, false)

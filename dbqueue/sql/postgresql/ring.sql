@@ -235,6 +235,12 @@ t.slot = ANY(ARRAY(
 -- A fragment of the pops: what RETURNING gives of a message taken.
 t.seq, t.attempts, t.pushed_at, t.lease_until, t.last_error{t_payload}
 
+-- _popped_kept --
+-- _popped for the removing pops, whose UPDATE clears the payload (_emptied): RETURNING gives
+-- the new row, so the payload is read from the row as the statement found it, joined by slot
+-- and number ({from_kept}, {and_kept}; a consumer group's from the slot table, as always).
+t.seq, t.attempts, t.pushed_at, t.lease_until, t.last_error{kept_payload}
+
 -- _taken --
 -- A fragment of the pops: one row per message taken (`u`)...
 SELECT u.seq AS number, true AS taken, NULL::bigint AS slot_seq, NULL::smallint AS slot_state,
@@ -262,11 +268,21 @@ WHERE s.slot = ANY(ARRAY(SELECT mod(q, %(capacity)s::bigint) FROM c))
 state = {slot_leased}, attempts = t.attempts + 1,
         lease_until = statement_timestamp() + %(lease)s::interval
 
+-- _emptied --
+-- The SET list of a slot a message leaves (acked, removed, failed or released aside, swept,
+-- deleted, purged): empty, its payload cleared ({clear_payload}). An UPDATE writes a whole new
+-- version of the row; while a long transaction holds the xmin horizon no version may be
+-- removed, and this one, narrow, is one of the three each message leaves behind (push,
+-- lease, this): with a 200-byte payload the three came to 924 bytes a message, this one's
+-- share about a third. A compaction (VACUUM FULL) also packs the empty slots the ring holds
+-- most of the time as tightly as the ring made them. (A consumer group's state rows hold
+-- no payload: nothing to clear.)
+state = {slot_empty}, lease_until = NULL{clear_payload}
+
 -- _remove --
 -- A fragment of the removing pops (at_most_once, autocommit; transactional, in the caller's
--- transaction): the slot is emptied at once; the payload stays in it until the next lap
--- overwrites it (no extra write). The message counts its attempt.
-state = {slot_empty}, attempts = t.attempts + 1, lease_until = NULL
+-- transaction): the slot is emptied at once. The message counts its attempt.
+{_emptied}, attempts = t.attempts + 1
 
 -- ring_pop_leased --
 WITH {_claims}, u AS (
@@ -288,14 +304,14 @@ WITH {_claims_held}, u AS (
 
 -- ring_pop_remove --
 WITH {_claims}, u AS (
-    UPDATE {ring} AS t SET {_remove}{from_slots} WHERE {_claimed}{and_slots} RETURNING {_popped}
+    UPDATE {ring} AS t SET {_remove}{from_kept} WHERE {_claimed}{and_kept} RETURNING {_popped_kept}
 )
 {_taken}
 {_missed};
 
 -- ring_pop_remove_held --
 WITH {_claims_held}, u AS (
-    UPDATE {ring} AS t SET {_remove}{from_slots} WHERE {_claimed_first}{and_slots} RETURNING {_popped}
+    UPDATE {ring} AS t SET {_remove}{from_kept} WHERE {_claimed_first}{and_kept} RETURNING {_popped_kept}
 )
 {_taken}
 {_missed_slots};
@@ -323,7 +339,7 @@ f.id = tok.id AND f.state = {side_leased} AND f.attempts = COALESCE(tok.attempts
 -- A fragment of ack and ack_pop: the slots of the tokens still leased under them, emptied. A
 -- token whose message a pusher moved to the side table is acked there (ring_ack_side).
 a AS (
-    UPDATE {ring} AS t SET state = {slot_empty}, lease_until = NULL
+    UPDATE {ring} AS t SET {_emptied}
     FROM tok
     WHERE {_in_slot} AND {_relaxed}
     RETURNING t.seq
@@ -358,7 +374,7 @@ WITH {_tokens}, mine AS (
 ), ok AS (
     SELECT (SELECT count(*) FROM mine) + (SELECT count(*) FROM aside) = %(count)s AS ok
 ), a AS (
-    UPDATE {ring} AS t SET state = {slot_empty}, lease_until = NULL
+    UPDATE {ring} AS t SET {_emptied}
     WHERE t.slot = ANY(ARRAY(SELECT slot FROM mine)) AND (SELECT ok FROM ok) AND {_relaxed}
     RETURNING t.seq
 ), d AS (
@@ -434,7 +450,7 @@ WITH tok AS (
     FROM mine AS m WHERE (SELECT ok FROM ok)
     RETURNING id, state
 ), freed AS (
-    UPDATE {ring} AS t SET state = {slot_empty}, lease_until = NULL
+    UPDATE {ring} AS t SET {_emptied}
     WHERE t.slot = ANY(ARRAY(SELECT slot FROM mine)) AND (SELECT ok FROM ok)
 ), side AS (
     UPDATE {failed} AS f
@@ -465,7 +481,7 @@ WITH {_tokens}, mine AS (
     FROM mine AS m
     RETURNING id
 ), freed AS (
-    UPDATE {ring} AS t SET state = {slot_empty}, lease_until = NULL
+    UPDATE {ring} AS t SET {_emptied}
     WHERE t.slot = ANY(ARRAY(SELECT slot FROM mine))
 ), side AS (
     UPDATE {failed} AS f
@@ -555,7 +571,7 @@ WITH {_sweep_lock}, v AS (
     FROM v
     RETURNING id, state
 ), freed AS (
-    UPDATE {ring} AS t SET state = {slot_empty}, lease_until = NULL
+    UPDATE {ring} AS t SET {_emptied}
     WHERE t.slot = ANY(ARRAY(SELECT slot FROM v))
 )
 SELECT (SELECT count(*) FROM moved WHERE state = {side_ready}) AS ready,
@@ -702,7 +718,7 @@ RETURNING id AS number;
 WITH k AS (
     SELECT unnest((SELECT %(ids)b::bigint[])) AS id
 )
-UPDATE {ring} AS t SET state = {slot_empty}, lease_until = NULL
+UPDATE {ring} AS t SET {_emptied}
 FROM k
 WHERE t.slot = ANY(ARRAY(SELECT mod(id, %(capacity)s::bigint) FROM k))
   AND t.slot = mod(k.id, %(capacity)s::bigint) AND t.seq = k.id AND t.state <> {slot_empty}
@@ -736,7 +752,7 @@ AND (%(older_than)s::interval IS NULL
 
 -- ring_purge --
 -- The messages of a purge in the slots (emptied), and in the side table (ring_purge_side).
-UPDATE {ring} AS t SET state = {slot_empty}, lease_until = NULL
+UPDATE {ring} AS t SET {_emptied}
 WHERE {_purged_slots}
 RETURNING t.seq AS number;
 
@@ -792,93 +808,42 @@ SELECT {_push_next} AS push_next, {_pop_next} AS pop_next;
 -- Wakes the workers LISTENing on the queue's channel (see split_notify).
 SELECT pg_notify(%(channel)s, '');
 
+-- _leaves --
+-- A fragment: the relations that store the ring's rows: each table of {table_oids} (the slot
+-- table or a group's state table, the side table, a group's slot table), each segment of one
+-- that is partitioned (which has no storage of its own).
+(SELECT c.oid AS relid FROM pg_class AS c
+ WHERE c.oid = ANY(ARRAY[{table_oids}]) AND c.relkind <> 'p'
+ UNION ALL
+ SELECT t.relid FROM unnest(ARRAY[{table_oids}]) AS r, pg_partition_tree(r) AS t
+ WHERE t.isleaf)
+
 -- ring_size --
--- The bytes of the slot table (or of its segments: a partitioned table has no storage of its
--- own) and the side table, with their indexes and TOAST: what compaction watches.
-SELECT pg_total_relation_size('{ring}'::regclass) + pg_total_relation_size('{failed}'::regclass)
-       + coalesce((SELECT sum(pg_total_relation_size(t.relid))
-                   FROM pg_partition_tree('{ring}'::regclass) AS t WHERE t.isleaf), 0);
+-- The bytes of the ring's tables with their indexes and TOAST: what compaction watches.
+SELECT sum(pg_total_relation_size(l.relid)) FROM {_leaves} AS l;
 
--- ring_side_live --
--- How many rows compaction would copy from the side table, counted no further than %(n)s.
-SELECT count(*) FROM (SELECT 1 FROM {failed} LIMIT %(n)s) AS f;
+-- ring_vacuum --
+-- Compaction's first step (see split_vacuum): a partitioned slot table is vacuumed segment by
+-- segment.
+VACUUM (SKIP_LOCKED) {tables};
 
--- ring_segments --
--- The tables holding the slots, each with its slot count: the slot table itself, or each of
--- its segments (a ring of many slots, see dbqueue.schema.ring_segment_bounds), whose count
--- is read from its bounds (counting rows would walk every dead version a long transaction
--- left).
-SELECT t.relid::text AS segment, b[2]::integer - b[1]::integer AS slots
-FROM pg_partition_tree('{ring}'::regclass) AS t
-JOIN pg_class AS c ON c.oid = t.relid,
-LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \((\d+)\) TO \((\d+)\)') AS b
-WHERE t.level = 1
-UNION ALL
-SELECT c.oid::regclass::text, %(capacity)s FROM pg_class AS c
-WHERE c.oid = '{ring}'::regclass AND c.relkind <> 'p'
-ORDER BY segment;
-
--- ring_compacted --
--- Whether the slot table (or one of its segments) or the side table was rewritten after the
--- transaction's snapshot was taken (see dbqueue.compaction): a snapshot reads pg_class as it
--- was, pg_relation_filenode() reads the catalog as it is now (NULL for a partitioned table,
--- which has no file).
-SELECT bool_or(c.relfilenode <> pg_relation_filenode(c.oid))
-FROM pg_class AS c
-WHERE c.oid IN ('{ring}'::regclass, '{failed}'::regclass)
-   OR c.oid IN (SELECT t.relid FROM pg_partition_tree('{ring}'::regclass) AS t);
+-- ring_kept --
+-- Each table of the ring, each segment of a partitioned one, as the last VACUUM left it (see
+-- split_kept).
+SELECT c.oid::regclass::text AS relation,
+       pg_stat_get_live_tuples(c.oid) + pg_stat_get_dead_tuples(c.oid) AS kept,
+       pg_stat_get_dead_tuples(c.oid) AS dead, pg_relation_filenode(c.oid) AS filenode
+FROM {_leaves} AS l JOIN pg_class AS c ON c.oid = l.relid
+ORDER BY 1;
 
 -- ring_compact_claim --
--- Before ring_compact, in its transaction: the lock timeout, and whether this process is the
--- queue's one compactor now (two that saw the same growth would otherwise queue one behind
--- the other's lock).
 {_compact_claim};
 
--- ring_compact --
--- Compaction (see dbqueue.compaction) of the table %(segment)s names, the slot table or one of
--- its segments: rewritten to its live rows, which a long transaction elsewhere in the
--- database makes every update leave behind (vacuum may not remove a version a snapshot could
--- still see, so the slots' versions pile up lap after lap). TRUNCATE gives the old file back
--- whatever any snapshot holds. Under an ACCESS EXCLUSIVE lock that is waited for no longer
--- than the lock timeout (its waiters queue behind it meanwhile): no statement runs on those
--- slots while they are copied out and back, so every slot keeps its number, state, lease and
--- payload. The rows live in a plpgsql array for the copy, not a temporary table, whose
--- catalog rows would be dead versions too; they go back through the slot table, which routes
--- each to its segment. An empty slot goes back as the ring made it (no payload, the padding
--- of ring_slot_statements less the 12 bytes its push time takes, 8 and 4 of alignment): each
--- page then holds as many slots, with as much room for their updates, as when the ring was
--- created (measured: the new ring's bytes exactly, for 2,000 slots; 1.27x with the full
--- padding, 2.2x keeping the payloads). The table's name reaches the block through a setting
--- of this transaction (a DO block takes no parameters), checked by its cast to regclass.
-SELECT set_config('dbqueue.compact_segment', %(segment)s, true);
-DO $$
-DECLARE
-    segment regclass := current_setting('dbqueue.compact_segment')::regclass;
-    kept {ring}[];
-BEGIN
-    EXECUTE 'LOCK TABLE ' || segment || ' IN ACCESS EXCLUSIVE MODE';
-    EXECUTE 'SELECT ARRAY(SELECT ROW(t.*)::{ring} FROM ' || segment || ' AS t)' INTO kept;
-    EXECUTE 'TRUNCATE ' || segment;
-    INSERT INTO {ring} (slot, seq, state, attempts, pushed_at, lease_until, last_error{columns})
-    SELECT k.slot, k.seq, k.state, k.attempts, k.pushed_at, k.lease_until,
-           CASE WHEN k.state = {slot_empty} THEN repeat('.', {slot_padding} - 12) ELSE k.last_error END
-           {k_payload_if_held}
-    FROM unnest(kept) AS k
-    ORDER BY k.slot;
-END
-$$;
+-- ring_compact_done --
+{_compact_done};
 
--- ring_compact_side --
--- After ring_compact of the last slots, in its transaction, or in one of its own, while the
--- side table is small (see RingQueue.compaction_plan): the side table rewritten to its live
--- rows the same way. Failed messages and retries pass through it, an insert and a delete each.
-LOCK TABLE {failed} IN ACCESS EXCLUSIVE MODE;
-DO $$
-DECLARE
-    kept {failed}[];
-BEGIN
-    kept := ARRAY(SELECT f FROM {failed} AS f);
-    TRUNCATE {failed};
-    INSERT INTO {failed} SELECT * FROM unnest(kept);
-END
-$$;
+-- ring_compact --
+-- Compaction's rewrite (see split_compact): a partitioned slot table segment by segment, each
+-- in a transaction of its own holding only that segment's lock. Every slot keeps its number,
+-- state, lease and payload, and every version some snapshot may still see is copied with it.
+VACUUM (FULL) {tables};

@@ -515,36 +515,34 @@ SELECT id FROM m
 SELECT pg_notify(%(channel)s, '');
 
 -- split_size --
--- The bytes of the meta and data tables with their indexes and TOAST: what compaction watches.
-SELECT pg_total_relation_size('{meta}'::regclass) + pg_total_relation_size('{data}'::regclass);
+-- The bytes of the queue's tables ({table_oids}: the meta table or tables, the data table) with
+-- their indexes and TOAST: what compaction watches.
+SELECT sum(pg_total_relation_size(r)) FROM unnest(ARRAY[{table_oids}]) AS r;
 
--- split_live --
--- How many rows compaction would copy, counted no further than %(n)s: the data table's, which
--- has a row of each meta row's item (and, with consumer groups, of the other groups' items).
-SELECT count(*) FROM (SELECT 1 FROM {data} LIMIT %(n)s) AS d;
+-- split_vacuum --
+-- Compaction's first step (dbqueue.upkeep.compaction): VACUUM removes from the queue's tables
+-- what no snapshot may see any more, and leaves its statistics for split_kept. SKIP_LOCKED: a
+-- table that (auto)vacuum is working on is left to it, not waited for.
+VACUUM (SKIP_LOCKED) {tables};
 
--- split_compacted --
--- See ring_compacted.
-SELECT bool_or(c.relfilenode <> pg_relation_filenode(c.oid))
-FROM pg_class AS c WHERE c.oid IN ('{meta}'::regclass, '{data}'::regclass);
+-- split_kept --
+-- Each table of the queue as the last VACUUM left it: the rows a rewrite would copy (live, and
+-- dead ones a snapshot may still see), those dead ones, and its file.
+SELECT c.oid::regclass::text AS relation,
+       pg_stat_get_live_tuples(c.oid) + pg_stat_get_dead_tuples(c.oid) AS kept,
+       pg_stat_get_dead_tuples(c.oid) AS dead, pg_relation_filenode(c.oid) AS filenode
+FROM pg_class AS c
+WHERE c.oid = ANY(ARRAY[{table_oids}])
+ORDER BY 1;
 
 -- split_compact_claim --
--- See ring_compact_claim.
 {_compact_claim};
 
+-- split_compact_done --
+{_compact_done};
+
 -- split_compact --
--- Compaction (see dbqueue.compaction and ring_compact): both tables rewritten to their live
--- rows in one transaction, ids and states kept (data's identity sequence is not reset).
-LOCK TABLE {meta}, {data} IN ACCESS EXCLUSIVE MODE;
-DO $$
-DECLARE
-    metas {meta}[];
-    datas {data}[];
-BEGIN
-    metas := ARRAY(SELECT m FROM {meta} AS m);
-    datas := ARRAY(SELECT d FROM {data} AS d);
-    TRUNCATE {meta}, {data};
-    INSERT INTO {data} SELECT * FROM unnest(datas);
-    INSERT INTO {meta} SELECT * FROM unnest(metas);
-END
-$$;
+-- Compaction's rewrite (dbqueue.upkeep.compaction): each table copied with every version some
+-- snapshot may still see, its indexes rebuilt, in a transaction per table (PostgreSQL's own),
+-- each waiting at most the session's lock timeout for its ACCESS EXCLUSIVE lock.
+VACUUM (FULL) {tables};

@@ -1,10 +1,12 @@
-"""Compaction (dbqueue.compaction): a queue's tables given back the versions a long transaction
-pins, on PostgreSQL, with every message kept as it was; nothing to do on SQLite.
+"""Compaction (dbqueue.upkeep.compaction): a queue's tables given back what a long transaction
+made them grow by, once it has ended, on PostgreSQL, with every message kept as it was and
+nothing changed for any snapshot; nothing to do on SQLite.
 
 A REPEATABLE READ transaction on another connection of the same database holds the xmin
 horizon while messages pass, as a report or an idle-in-transaction session would: the
-tables grow, compaction brings them back to the size they had before, and the queue goes on
-where it was (leases, payloads, numbers and ids).
+tables grow; while it lasts compaction leaves them alone (a rewrite would copy every version
+it keeps), once it ends compaction brings them back to the size they had before, and the
+queue goes on where it was (leases, payloads, numbers and ids).
 """
 
 from __future__ import annotations
@@ -24,10 +26,8 @@ from dbqueue import (
     QueueOptions,
     QueueSpec,
     RingQueue,
-    SnapshotTooOld,
     SplitQueue,
     TransactionStateError,
-    compaction,
     get_dialect,
 )
 from dbqueue.drivers import executor_for
@@ -39,14 +39,16 @@ from dbqueue.schema import (
     drop_ring_statements,
 )
 from dbqueue.spec import advisory_key
+from dbqueue.upkeep import compaction
 
 FIELDS = (Field("n", FieldKind.INTEGER), Field("note", FieldKind.TEXT))
 NOTE = "x" * 100
 CAPACITY = 256
 LAYOUTS = ["ring", "split"]
+HELD = "a transaction still needs"
 
 
-def side_size(ex: Executor, table: str) -> int:
+def table_size(ex: Executor, table: str) -> int:
     """The bytes of one table, its indexes and TOAST included."""
     rows = ex.execute("SELECT pg_total_relation_size(%(t)s::regclass)", {"t": table})
     return int(rows[0][0])
@@ -115,21 +117,25 @@ def bed(request: pytest.FixtureRequest, pg_dsn: str, table_name: str) -> Iterato
 
 
 @pytest.mark.postgresql
-def test_compaction_gives_back_what_a_held_snapshot_kept(bed: Bed) -> None:
+def test_compaction_waits_for_the_horizon_then_gives_back_what_it_kept(bed: Bed) -> None:
     q, ex = bed.queue, bed.ex
     bed.pass_messages(CAPACITY * 2)  # the ring's slots have held messages: its working size
+    assert q.compact(ex).compacted
     start = bed.size()
     holder = bed.hold_horizon()
     try:
         bed.pass_messages(5_000)
         grown = bed.size()
         assert grown > 3 * start  # the versions a snapshot may still see: nothing prunes them
-        result = q.compact(ex)
+        held = q.compact(ex)
     finally:
         holder.close()
+    # Held: nothing rewritten (a rewrite would copy every version the snapshot keeps).
+    assert not held.compacted and held.skipped is not None and held.skipped.startswith(HELD)
+    assert held.size_after >= grown * 0.9
+    result = q.compact(ex)
     assert result.compacted and result.skipped is None
-    assert (result.size_before, result.size_after) == (grown, bed.size())
-    assert bed.size() <= 1.2 * start
+    assert result.size_after == bed.size() <= 1.2 * start
 
 
 @pytest.mark.postgresql
@@ -138,11 +144,7 @@ def test_compaction_keeps_every_message_as_it_was(bed: Bed) -> None:
     bed.pass_messages(CAPACITY + 50)  # the ring has gone round: numbers past its capacity
     pushed = q.push_many(ex, [{"n": i, "note": f"m{i}"} for i in range(10)])
     leased = q.pop_batch(ex, 4)
-    holder = bed.hold_horizon()
-    try:
-        assert q.compact(ex).compacted
-    finally:
-        holder.close()
+    assert q.compact(ex).compacted
     # A lease taken before compaction is still fenced by its token: its ack finds it.
     assert q.ack(ex, leased) == [m.id for m in leased]
     rest = q.pop_batch(ex, 10)
@@ -159,6 +161,31 @@ def test_compaction_keeps_every_message_as_it_was(bed: Bed) -> None:
 
 
 @pytest.mark.postgresql
+def test_a_snapshot_taken_before_a_compaction_sees_the_queue_as_it_was(bed: Bed) -> None:
+    """What TRUNCATE could not promise: a REPEATABLE READ transaction (a report, a pg_dump)
+    whose snapshot was taken before a compaction, and that reads the queue only after it,
+    sees every message its snapshot saw, and not those pushed after it."""
+    q, ex = bed.queue, bed.ex
+    bed.pass_messages(CAPACITY * 2)
+    before = q.push_many(ex, [{"n": i, "note": "before"} for i in range(5)])
+    with psycopg.connect(bed.dsn) as report:
+        report.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        report.execute("SELECT count(*) FROM pg_class")  # its snapshot, on another table
+        q.push_many(ex, [{"n": i, "note": "after"} for i in range(3)])
+        q.ack(ex, q.pop_batch(ex, 2))  # two of the first five go
+        # The few versions the snapshot keeps are copied with the rest.
+        assert q.compact(ex).compacted
+        notes = report.execute(f'SELECT note FROM "{q.spec.table}" WHERE note IS NOT NULL')
+        assert sorted(r[0] for r in notes.fetchall()) == ["before"] * 5
+    assert [m.id for m in q.pop_batch(ex, 10)] == [*before[2:], *q_after(q, before)]
+
+
+def q_after(q: RingQueue | SplitQueue, before: list[Any]) -> list[int]:
+    """The ids (numbers) of the three messages pushed after ``before``: the next ones."""
+    return [before[-1] + 1 + i for i in range(3)]
+
+
+@pytest.mark.postgresql
 def test_a_transaction_holding_the_queue_makes_compaction_skip(bed: Bed) -> None:
     q, ex = bed.queue, bed.ex
     other = executor_for(q.dialect, psycopg.connect(bed.dsn, autocommit=True))
@@ -167,21 +194,27 @@ def test_a_transaction_holding_the_queue_makes_compaction_skip(bed: Bed) -> None
         result = q.compact(ex, lock_timeout=compaction.LOCK_TIMEOUT)
         assert not result.compacted
         assert result.skipped == "lock not granted in 20 ms"
-        assert result.size_before == result.size_after == bed.size()
-    # Nothing was left behind: the queue and the connection work, the push is there.
+        assert result.size_after == bed.size()  # vacuumed: its free space map, say
+    # Nothing was left behind: the queue and the connection work, the push is there, and
+    # the session's lock timeout is back to what it was.
     (m,) = q.pop_batch(ex, 5)
     assert m.payload == {"n": 1, "note": "in a transaction left open"}
+    assert ex.execute("SHOW lock_timeout", {}) == [("0",)]
     assert q.compact(ex).compacted
 
 
 @pytest.mark.postgresql
 def test_compaction_refuses_to_run_in_the_callers_transaction(bed: Bed) -> None:
-    with bed.ex.atomic(), pytest.raises(TransactionStateError, match="transaction of its own"):
+    with bed.ex.atomic(), pytest.raises(TransactionStateError, match="outside a transaction"):
         bed.queue.compact(bed.ex)
 
 
 @pytest.mark.postgresql
-def test_compact_if_grown_waits_for_growth(bed: Bed) -> None:
+def test_compact_if_grown_waits_for_growth_and_for_the_horizon(
+    bed: Bed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(compaction.time, "monotonic", clock.monotonic)
     q, ex = bed.queue, bed.ex
     bed.pass_messages(CAPACITY * 2)
     first = q.compact_if_grown(ex)  # the first look compacts, unless the tables are small
@@ -190,15 +223,19 @@ def test_compact_if_grown_waits_for_growth(bed: Bed) -> None:
     holder = bed.hold_horizon()
     try:
         bed.pass_messages(5_000)
-        result = q.compact_if_grown(ex)
+        held = q.compact_if_grown(ex)
+        assert held is not None and not held.compacted
+        assert q.compact_if_grown(ex) is None  # it tries again later, not at every look
     finally:
         holder.close()
+    clock.now += compaction.RETRY_FIRST
+    result = q.compact_if_grown(ex)
     assert result is not None and result.compacted
     assert q.compact_if_grown(ex) is None  # back to its baseline
 
 
 @pytest.mark.postgresql
-def test_a_split_queue_with_a_large_backlog_is_not_compacted(
+def test_a_split_queue_with_a_large_backlog_is_not_rewritten(
     pg_dsn: str, table_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dialect = get_dialect("postgresql")
@@ -211,8 +248,8 @@ def test_a_split_queue_with_a_large_backlog_is_not_compacted(
         q.push_many(ex, [{"n": i, "note": NOTE} for i in range(30)])
         monkeypatch.setattr(compaction, "MAX_ROWS", 20)
         result = q.compact(ex)
-        assert not result.compacted
-        assert result.skipped == "more than 20 rows to copy under the lock"
+        assert not result.compacted and result.skipped is not None
+        assert "holds 30 rows, more than 20 to copy under a lock" in result.skipped
         assert q.stats(ex).ready == 30
         conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
 
@@ -242,20 +279,19 @@ def test_sqlite_has_nothing_to_compact(sqlite_conn: sqlite3.Connection, layout: 
 def test_a_long_transaction_that_read_the_queue_keeps_compaction_away(bed: Bed) -> None:
     """A report that read the queue in REPEATABLE READ holds a lock on its tables until it
     ends: compaction skips (it never waits longer than its lock timeout), and the report's
-    snapshot still sees what it saw, since nothing was truncated under it."""
+    snapshot still sees what it saw."""
     q, ex = bed.queue, bed.ex
     q.push_many(ex, [{"n": i, "note": NOTE} for i in range(3)])
     table = q.spec.meta_table if isinstance(q, SplitQueue) else q.spec.table
     with psycopg.connect(bed.dsn, autocommit=True) as report:
         report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         seen = report.execute(f'SELECT count(*) FROM "{table}"').fetchone()
-        bed.pass_messages(1_000)
         result = q.compact(ex)
         assert (result.compacted, result.skipped) == (False, "lock not granted in 20 ms")
         assert report.execute(f'SELECT count(*) FROM "{table}"').fetchone() == seen
         report.execute("COMMIT")
     assert q.compact(ex).compacted
-    assert len(q.pop_batch(ex, 10)) == 3  # as many as before (the passes took the first 3)
+    assert len(q.pop_batch(ex, 10)) == 3
 
 
 @pytest.mark.postgresql
@@ -265,58 +301,21 @@ def test_one_process_compacts_a_queue_at_a_time(bed: Bed) -> None:
     q, ex = bed.queue, bed.ex
     key = advisory_key(f"dbqueue-compact:{q.spec.table}")
     with psycopg.connect(bed.dsn, autocommit=True) as other:
-        other.execute("BEGIN")
-        other.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
+        other.execute("SELECT pg_advisory_lock(%s)", (key,))
         result = q.compact(ex)
         assert (result.compacted, result.skipped) == (False, compaction.BUSY)
-        other.execute("COMMIT")
+        other.execute("SELECT pg_advisory_unlock(%s)", (key,))
     assert q.compact(ex).compacted
+    # The claim was given back: another session takes it at once.
+    with psycopg.connect(bed.dsn, autocommit=True) as other:
+        assert other.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() == (True,)
 
 
 @pytest.mark.postgresql
-def test_a_snapshot_older_than_a_compaction_is_told_so(bed: Bed) -> None:
-    """TRUNCATE is not MVCC-safe: a REPEATABLE READ transaction whose snapshot predates a
-    compaction, and that touches the queue only after it, sees the tables empty. What it
-    cannot do (a ring push, an ack) raises SnapshotTooOld, not a misleading error; its pops
-    find nothing; nothing is lost, and the connection goes on once it rolls back."""
-    q, ex = bed.queue, bed.ex
-    (kept,) = [q.push(ex, {"n": 1, "note": "before"})]
-    (leased,) = q.pop_batch(ex, 1)
-    conn = psycopg.connect(bed.dsn)
-    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-    old = executor_for(q.dialect, conn)
-
-    def stale() -> None:
-        conn.rollback()
-        conn.execute("SELECT count(*) FROM pg_class")  # the snapshot, on another table
-        assert q.compact(ex).compacted
-
-    stale()
-    assert q.pop_batch(old, 5) == []  # the snapshot sees no message
-    with pytest.raises(SnapshotTooOld, match="compacted after this transaction took"):
-        q.ack(old, [leased])
-    if isinstance(q, RingQueue):
-        stale()
-        with pytest.raises(SnapshotTooOld, match="push cannot run in it; nothing was written"):
-            q.push(old, {"n": 2, "note": "stale"})
-    conn.rollback()
-    # In a transaction of today, everything is where it was: the lease, and its ack.
-    assert q.ack(old, [leased]) == [kept]
-    conn.commit()
-    (again,) = [q.push(old, {"n": 3, "note": "after"})]
-    conn.commit()
-    assert [(m.id, m.payload) for m in q.pop_batch(ex, 5)] == [(again, {"n": 3, "note": "after"})]
-    conn.close()
-
-
-@pytest.mark.postgresql
-def test_a_rings_side_table_is_compacted_with_its_slots(
-    pg_dsn: str, table_name: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_rings_side_table_is_compacted_with_its_slots(pg_dsn: str, table_name: str) -> None:
     """Failed messages pass through the ring's side table (an insert, then a delete when an
     operator purges or retries them): under a held horizon it grows too, and compaction gives
-    it back, in the slots' transaction while both fit under the lock, else in one of its own
-    while it fits alone."""
+    it back with the slots once the horizon moves on."""
     spec = QueueSpec(table_name, FIELDS, QueueOptions(capacity=CAPACITY, max_attempts=1))
     with ring_bed(pg_dsn, spec) as bed:
         q, ex = bed.queue, bed.ex
@@ -328,47 +327,23 @@ def test_a_rings_side_table_is_compacted_with_its_slots(
                 assert q.purge(ex, "failed") == 100
 
         fail_and_purge(CAPACITY * 2)
-        start = bed.size()
+        assert q.compact(ex).compacted
+        start, side_start = bed.size(), table_size(ex, spec.failed_table)
         holder = bed.hold_horizon()
         try:
             fail_and_purge(3_000)
-            grown = bed.size()
-            assert grown > 2 * start
-            kept = CAPACITY + 44
-            for start_n in range(0, kept, 100):
-                batch = min(100, kept - start_n)
-                q.push_many(ex, [{"n": start_n + i, "note": "kept"} for i in range(batch)])
-                q.fail(ex, q.pop_batch(ex, batch), "kept failed")
-            side_grown = side_size(ex, spec.failed_table)
-            monkeypatch.setattr(compaction, "MAX_ROWS", kept - 1)  # the side does not fit
-            assert q.compaction_plan(ex, kept - 1) == [(("compact", {"segment": table_name}),)]
-            assert q.compact(ex).compacted
-            # The slots were compacted, the side table left as it was. Compared on the side
-            # table alone: the slots' share of the total varies with what pruning reclaimed
-            # before the horizon was held.
-            assert side_size(ex, spec.failed_table) == side_grown
-            monkeypatch.setattr(compaction, "MAX_ROWS", kept)  # it fits alone
-            assert [[op for op, _ in steps] for steps in q.compaction_plan(ex, kept)] == [
-                ["compact"],
-                ["compact_side"],
-            ]
-            assert q.compact(ex).compacted
-            assert side_size(ex, spec.failed_table) < side_grown / 2
+            q.push_many(ex, [{"n": i, "note": "kept"} for i in range(10)])
+            q.fail(ex, q.pop_batch(ex, 10), "kept failed")
+            side_grown = table_size(ex, spec.failed_table)
+            assert side_grown > 4 * side_start
         finally:
             holder.close()
+        assert q.compact(ex).compacted
+        assert table_size(ex, spec.failed_table) < side_grown / 4
         assert bed.size() <= 1.2 * start
-        both = q.compaction_plan(ex, CAPACITY + kept)  # both fit: one transaction
-        assert [[op for op, _ in steps] for steps in both] == [["compact", "compact_side"]]
-        assert q.stats(ex).failed == kept
-        assert q.retry(ex, range(10_000)) == kept
+        assert q.stats(ex).failed == 10
+        assert q.retry(ex, range(10_000)) == 10
         assert sorted(m.payload["n"] for m in q.pop_batch(ex, 5)) == [0, 1, 2, 3, 4]
-        # A ring of more slots than the limit is not compacted at all.
-        monkeypatch.setattr(compaction, "MAX_ROWS", CAPACITY - 1)
-        result = q.compact(ex)
-        assert (result.compacted, result.skipped) == (
-            False,
-            f"more than {CAPACITY - 1} rows to copy under the lock",
-        )
 
 
 class Clock:
@@ -412,19 +387,44 @@ def test_growth_waits_for_the_tables_to_double_or_to_settle(
     assert not small.due(300 * 1024)  # 200 KiB over, settled: under MIN_GROWTH
 
 
+def test_a_skipped_compaction_is_tried_again_sooner_first_then_at_most_retry_max_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While a transaction holds the horizon each attempt vacuums the grown tables, so they
+    are spaced out; once it ends, the tables must be back within a minute: the spacing stops
+    at RETRY_MAX."""
+    clock = Clock()
+    monkeypatch.setattr(compaction.time, "monotonic", clock.monotonic)
+    mib = 1024 * 1024
+    growth = compaction.Growth()
+    growth.record(compaction.CompactResult(True, 4 * mib, 4 * mib))
+    waits = []
+    for _ in range(8):
+        clock.now += 0.01
+        assert growth.due(9 * mib)
+        growth.record(compaction.CompactResult(False, 9 * mib, 9 * mib, skipped="held"))
+        waited = 0.0
+        while not growth.due(9 * mib):
+            clock.now += 0.5
+            waited += 0.5
+        waits.append(waited)
+    assert waits[0] == compaction.RETRY_FIRST and max(waits) == compaction.RETRY_MAX
+    assert compaction.RETRY_MAX <= 30  # recovery within a minute of the horizon's release
+
+
 @pytest.mark.postgresql
 def test_a_ring_of_many_slots_is_compacted_a_segment_at_a_time(
     pg_dsn: str, table_name: str
 ) -> None:
     """A ring of more slots than one lock may copy keeps them in segments (dbqueue.schema.
     ring_segment_bounds): compaction rewrites each in a transaction of its own, keeping every
-    message as it was, and a segment it cannot lock stops it there (the ones before it done);
-    a snapshot older than the compaction of any segment is told so."""
+    message as it was, and a segment it cannot lock stops it there (the ones before it
+    done)."""
     capacity = SEGMENT_SLOTS + 1
     spec = QueueSpec(table_name, FIELDS, QueueOptions(capacity=capacity))
     s0, s1 = spec.segment_table(0), spec.segment_table(1)
     with ring_bed(pg_dsn, spec) as bed:
-        q, ex, dialect = bed.queue, bed.ex, bed.queue.dialect
+        q, ex = bed.queue, bed.ex
 
         def files() -> dict[str, int]:
             query = "SELECT relname, pg_relation_filenode(oid) FROM pg_class WHERE relname IN "
@@ -435,11 +435,6 @@ def test_a_ring_of_many_slots_is_compacted_a_segment_at_a_time(
         pushed = q.push_many(ex, [{"n": i, "note": f"m{i}"} for i in range(10)])
         assert [p % capacity for p in (pushed[0], pushed[-1])] == [2_995, 3_004]  # s0 to 3,000
         leased = q.pop_batch(ex, 4)
-        (slots,) = ex.execute(
-            "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%(t)s) WHERE isleaf",
-            {"t": table_name},
-        )
-        assert 0 < slots[0] < bed.size()  # the slots, and the side table
 
         before = files()
         with psycopg.connect(pg_dsn, autocommit=True) as other:
@@ -450,16 +445,10 @@ def test_a_ring_of_many_slots_is_compacted_a_segment_at_a_time(
             assert files()[s0] != before[s0] and files()[s1] == before[s1]
             other.execute("COMMIT")
 
-        old = psycopg.connect(pg_dsn)
-        old.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        old.execute("SELECT count(*) FROM pg_class")  # a snapshot older than the compaction
         before = files()
         result = q.compact(ex)
         assert result.compacted and result.size_after <= result.size_before
         assert all(files()[name] != before[name] for name in (s0, s1))
-        with pytest.raises(SnapshotTooOld, match="push cannot run in it; nothing was written"):
-            q.push(executor_for(dialect, old), {"n": 2, "note": "stale"})
-        old.close()
 
         # Every message as it was: the leases fenced by their tokens, the rest in order.
         assert q.ack(ex, leased) == [m.id for m in leased]
