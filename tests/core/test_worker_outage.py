@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import threading
 from collections import Counter, defaultdict
@@ -64,8 +65,11 @@ def cut(pg_dsn: str, table_name: str) -> Iterator[Cut]:
 
 
 def is_failure(record: logging.LogRecord) -> bool:
-    """A worker's line saying that something failed on the database."""
-    return record.levelno >= logging.WARNING and "failed" in record.getMessage()
+    """A line saying that a queue's operation failed: the worker knows its database is away."""
+    return (
+        re.search(r"queue \S+: (compaction|rescue|lease extension) failed \(", record.getMessage())
+        is not None
+    )
 
 
 # -- the first SIGTERM during an outage ---------------------------------------------------------
@@ -185,8 +189,10 @@ def test_a_waiting_worker_says_each_failure_once_per_quiet_for(cut: Cut, watch: 
     for cause, records in by_cause.items():
         times = [r.created for r in records]
         gaps = [later - earlier for earlier, later in pairwise(times)]
-        # (created is the wall clock, the throttle's the monotonic one: a little slack)
-        assert all(gap >= quiet_for - 0.1 for gap in gaps), (cause, gaps)
+        # Unthrottled, the compaction's lines would come 0.1 s apart. (The records' times are
+        # taken after the throttle's, on another clock, by threads a busy machine may hold
+        # up: half of quiet_for as slack.)
+        assert all(gap >= quiet_for / 2 for gap in gaps), (cause, gaps)
     compaction = next(rs for c, rs in by_cause.items() if "compaction" in str(c))
     assert all(r.dbqueue_left_out > 0 for r in compaction[1:])  # type: ignore[attr-defined]
     assert compaction[-1].getMessage().endswith(" more since)")
