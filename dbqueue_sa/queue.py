@@ -84,6 +84,28 @@ class SessionQueue[M](FrontQueue[M]):
         with bound.begin():
             yield self.queue._bind(bound, commits=True)
 
+    @contextmanager
+    def _outside_transaction(self, refusal: str) -> Iterator[tuple[AnyQueue, SAExecutor]]:
+        # A Session always runs its statements in a transaction: the connection it takes for
+        # this one is set to autocommit (SQLAlchemy resets the level when the connection goes
+        # back to the pool), and the session's transaction is ended at once after.
+        bound = self.queue._target(self.target)
+        if bound.in_transaction():
+            raise TransactionStateError(refusal)
+        if isinstance(bound, Session):
+            connection = self.queue.connection(bound, autocommit=True)
+            try:
+                yield self.queue._bind_connection(connection, commits=True)
+            finally:
+                bound.rollback()
+            return
+        level = bound.get_isolation_level()
+        bound.execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            yield self.queue._bind_connection(bound, commits=True)
+        finally:
+            bound.execution_options(isolation_level=level)
+
     def _payload(self, values: Any) -> dict[str, Any]:
         return self.queue._payload(values)
 
@@ -209,18 +231,27 @@ class SAQueue[M]:
             f"{type(target).__name__}{hint}"
         )
 
-    def connection(self, target: Target) -> sa.Connection:
+    def connection(self, target: Target, *, autocommit: bool = False) -> sa.Connection:
         """The connection ``target`` runs this queue's statements on (a Session's, for the
-        class's bind)."""
+        class's bind); ``autocommit``: a Session's set to commit each statement on its own
+        (the session must have no transaction open)."""
         checked = self._target(target)
         if isinstance(checked, Session):
             # The driver is checked before the session connects (UnsupportedDatabase).
             core_dialect_of(checked.get_bind(mapper=self.mapper).dialect)
-            return checked.connection(bind_arguments={"mapper": self.mapper})
+            options = {"isolation_level": "AUTOCOMMIT"} if autocommit else None
+            return checked.connection(
+                bind_arguments={"mapper": self.mapper}, execution_options=options
+            )
         return checked
 
     def _bind(self, target: Target, *, commits: bool = False) -> tuple[AnyQueue, SAExecutor]:
-        ex = SAExecutor(self.connection(target), commits=commits)
+        return self._bind_connection(self.connection(target), commits=commits)
+
+    def _bind_connection(
+        self, connection: sa.Connection, *, commits: bool = False
+    ) -> tuple[AnyQueue, SAExecutor]:
+        ex = SAExecutor(connection, commits=commits)
         database = database_key(ex.connection)
         return shared_core(self.model, database, self.spec, ex.dialect, self.core_class), ex
 
