@@ -38,6 +38,7 @@ from dbqueue.sql import Statement
 from dbqueue.statements import Statements
 from dbqueue.unreadable import failed_for_good
 from dbqueue.upkeep import compaction
+from dbqueue.upkeep.rounds import Upkeep, UpkeepReport
 
 RESCUE_ERROR = "lease expired: the worker holding it died, or overran its lease"
 #: The start of the error a message gets when a pop cannot read it.
@@ -59,7 +60,7 @@ class Layout(Statements):
         super().__init__(spec, dialect)
         self.codec = Codec(spec, dialect)
         self._param_names = [f"p{i}" for i in range(len(spec.fields))]
-        self._growth = compaction.Growth()
+        self._upkeep = Upkeep(self)
         self._groups: dict[str, Self] = {}
         #: A consumer group's queue of all the groups (see :meth:`group`), else None.
         self._fan_out: Self | None = None
@@ -478,15 +479,22 @@ class Layout(Statements):
     ) -> compaction.CompactResult:
         """Rewrite the queue's tables to what some snapshot may still see (VACUUM FULL, once a
         plain VACUUM has shown that copy to be small), giving back what a long transaction
-        made them grow by; outside any transaction, waiting at most ``lock_timeout`` for each
-        table's lock (a skip is in the result, not raised)."""
+        made them grow by; outside any transaction, trying for up to ``lock_timeout`` to find
+        each table free of other statements' locks (a skip is in the result, not raised)."""
         return compaction.compact(self, ex, lock_timeout=lock_timeout)
 
     def compact_if_grown(self, ex: Executor) -> compaction.CompactResult | None:
-        """:meth:`compact` if the tables grew enough since this process last compacted them
-        (the worker's maintenance calls it every ``CHECK_EVERY`` seconds); None if it was not
-        due."""
-        return compaction.compact_if_grown(self, ex, self._growth)
+        """:meth:`compact` if the tables grew enough since this process last compacted them;
+        None if it was not due (:meth:`upkeep` does it, and more)."""
+        return compaction.compact_if_grown(self, ex, self._upkeep.growth)
+
+    def upkeep(self, ex: Executor) -> UpkeepReport:
+        """A round of the queue's upkeep (:mod:`dbqueue.upkeep`) on ``ex``, a connection with
+        no transaction open: a split queue's heads advanced, its tables compacted if they
+        grew. Whoever consumes the queue runs one every ``CHECK_EVERY`` seconds on a
+        connection of its own (a worker's maintenance thread; the keeper of API
+        consumers)."""
+        return self._upkeep.run(ex)
 
     def extend(
         self, ex: Executor, items: TokenLike, *, lease: dt.timedelta | None = None

@@ -62,6 +62,14 @@ def create_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
     return statements
 
 
+def drop_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
+    """DROP TABLE statements for a split queue (what :func:`create_statements` creates): its
+    meta and head tables (every consumer group's), then its data table."""
+    specs = spec.group_specs if spec.fans_out else (spec,)
+    tables = [t for s in specs for t in (s.meta_table, s.head_table)]
+    return [f"DROP TABLE IF EXISTS {dialect.quote(t)}" for t in [*tables, spec.table]]
+
+
 def timestamp_type(dialect: Dialect) -> str:
     """The column type of the queues' times."""
     return "timestamp with time zone" if dialect.supports_storage_parameters else "datetime"
@@ -98,7 +106,20 @@ def meta_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:
     ]
     if spec.options.is_unique:
         statements.append(unique_index_statement(spec, dialect))
+    statements.append(head_statement(spec, dialect))
     return statements
+
+
+def head_statement(spec: QueueSpec, dialect: Dialect) -> str:
+    """CREATE TABLE of the head table of a split queue's meta table (of a consumer group's, for
+    a group's spec): a row per priority that has had items, with where its ready items begin
+    in the meta table's ready index (:mod:`dbqueue.upkeep.heads`). Empty when created: a
+    priority without a row is read from its start."""
+    return (
+        f"CREATE TABLE {dialect.quote(spec.head_table)} (\n"
+        f"    priority smallint NOT NULL PRIMARY KEY,\n"
+        f"    run_at {timestamp_type(dialect)} NOT NULL\n)"
+    )
 
 
 def group_statements(spec: QueueSpec, dialect: Dialect) -> list[str]:

@@ -25,10 +25,13 @@ from dbqueue.unique import UniqueScope
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
 MAX_IDENTIFIER_BYTES = 63
 #: The longest suffix any layout appends to the table name (``<t>_push_seq`` needs 9).
-LONGEST_SUFFIX = max(len(s) for s in ("_meta", "_push_seq", "_pop_seq", "_failed", "_stage"))
+LONGEST_SUFFIX = max(
+    len(s) for s in ("_meta", "_head", "_push_seq", "_pop_seq", "_failed", "_stage")
+)
 MAX_TABLE_NAME = MAX_IDENTIFIER_BYTES - LONGEST_SUFFIX
-#: A consumer group's meta table is ``<table>_meta_<group>`` (see QueueSpec.for_group).
-GROUP_META_INFIX = "_meta_"
+#: A consumer group's meta table is ``<table>_meta_<group>`` (see QueueSpec.for_group), its
+#: head table ``<table>_head_<group>``.
+GROUP_META_INFIX, GROUP_HEAD_INFIX = "_meta_", "_head_"
 
 #: Column names the layouts use themselves; a payload field cannot take them.
 RESERVED_NAMES = frozenset(
@@ -62,7 +65,8 @@ SPLIT_HINT = (
 
 #: A consumer group of a ring has a state table ``<table>_ring_<group>`` (its row of every
 #: slot), a side table ``<table>_side_<group>`` and a pop counter ``<table>_pop_<group>``; none
-#: of these infixes is longer than GROUP_META_INFIX, so a group name that fits one fits all.
+#: of these infixes (nor GROUP_HEAD_INFIX) is longer than GROUP_META_INFIX, so a group name
+#: that fits one fits all.
 GROUP_STATE_INFIX, GROUP_SIDE_INFIX, GROUP_POP_INFIX = "_ring_", "_side_", "_pop_"
 #: Why a queue cannot have both unique items and consumer groups.
 GROUPS_UNIQUE_HINT = (
@@ -490,6 +494,20 @@ class QueueSpec:
         if self.group is not None:
             return f"{self.table}{GROUP_META_INFIX}{self.group}"
         return f"{self.table}_meta"
+
+    @property
+    def head_table(self) -> str:
+        """Split queues: where each priority's ready items begin in the meta table's index
+        (:mod:`dbqueue.upkeep.heads`), ``<table>_head``; a consumer group's is
+        ``<table>_head_<group>``."""
+        if self.group is not None:
+            return f"{self.table}{GROUP_HEAD_INFIX}{self.group}"
+        return f"{self.table}_head"
+
+    @property
+    def group_head_tables(self) -> tuple[str, ...]:
+        """The head table of each consumer group, in declaration order (none without groups)."""
+        return tuple(self.for_group(g).head_table for g in self.options.groups)
 
     @property
     def fans_out(self) -> bool:

@@ -123,11 +123,17 @@ def split_context(spec: QueueSpec, dialect: Dialect) -> dict[str, str]:
     data, meta = q(spec.table), q(spec.meta_table)
     # The tables compaction looks after (dbqueue.upkeep.compaction): the meta table (every
     # group's, for the queue of them all) and the data table.
-    tables = [*(spec.group_meta_tables if spec.fans_out else (spec.meta_table,)), spec.table]
+    metas = (
+        zip(spec.group_meta_tables, spec.group_head_tables, strict=True)
+        if spec.fans_out
+        else [(spec.meta_table, spec.head_table)]
+    )
+    tables = [*(t for pair in metas for t in pair), spec.table]
     return {
         **{f"state_{state.name.lower()}": str(int(state)) for state in State},
         "data": data,
         "meta": meta,
+        "heads": q(spec.head_table),
         **relations_context(tables, dialect),
         "insert_columns": ", ".join([*(q(f.name) for f in fields), "enqueued_at"]),
         "payload_params": "".join(f"{p}, " for p in params),
@@ -395,6 +401,7 @@ def each_group(
                 i=i,
                 g_name=f"'{group.group}'",
                 g=q(group.state_table),
+                g_head=q(group.head_table),
                 g_side=q(group.failed_table),
                 g_pop_rel=q(group.pop_seq),
                 g_return=int(SlotState.READY if receives else SlotState.EMPTY),

@@ -22,12 +22,13 @@ How a compaction runs, outside any transaction (VACUUM cannot run in one):
 
 1. a plain ``VACUUM`` of the queue's tables removes what no snapshot needs (``SKIP_LOCKED``:
    a table that autovacuum is working on is left to it);
-2. its statistics say, per table, what a rewrite would copy: the live rows, and the dead
-   versions some snapshot still needs;
-3. only if no table would copy more than :data:`MAX_ROWS` rows, ``VACUUM (FULL)`` rewrites
-   them, each in a transaction of its own, waiting at most :data:`LOCK_TIMEOUT` for each
-   table's ACCESS EXCLUSIVE lock. While a snapshot holds the horizon the dead versions are
-   many, and a rewrite would copy them all under its lock, for nothing: it is not attempted.
+2. what it leaves in ``pg_class`` says, per table, whether a snapshot still pins its pages
+   (see :data:`PINNED_PAGES`) and how many rows a rewrite would copy;
+3. only if no table would copy more than :data:`MAX_ROWS` rows, ``VACUUM (FULL,
+   SKIP_LOCKED)`` rewrites them, each in a transaction of its own under its ACCESS EXCLUSIVE
+   lock, taken only when no other statement holds one (tried again for up to
+   :data:`LOCK_TIMEOUT`). While a snapshot holds the horizon the dead versions are many, and a
+   rewrite would copy them all under its lock, for nothing: it is not attempted.
 
 :func:`compact_if_grown` decides when (:class:`Growth`): once the tables have doubled since
 their last compaction, or have stopped growing while still grown (the transaction that held
@@ -35,10 +36,10 @@ the horizon ended), and again after a skip, sooner at first, at most :data:`RETR
 
 What it cannot do:
 
-- A table's rewrite waits at most ``LOCK_TIMEOUT`` for its lock: a transaction that holds a
-  lock on the queue's tables (one that pushed into the queue and stays open, a ``pg_dump``
-  reading them) makes it skip, and it is tried again later. Waiting longer would stop every
-  producer and consumer queued behind the lock.
+- A rewrite never waits for a lock: a transaction that holds a lock on the queue's tables
+  (one that pushed into the queue and stays open, a ``pg_dump`` reading them) makes it skip,
+  and it is tried again later. Waiting would stop every producer and consumer queued behind
+  the lock.
 - Only the tables' owner (or a superuser) may VACUUM them: for another role, PostgreSQL skips
   the table with a warning, and compaction reports the skip.
 - A queue holding more than ``MAX_ROWS`` rows in one table (a backlog, done items kept by
@@ -54,50 +55,48 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from dbqueue.errors import QueueUnavailable, TransactionStateError
+from dbqueue.errors import TransactionStateError
 from dbqueue.executor import Executor
 from dbqueue.outage import sqlstate
 from dbqueue.rows import ValueRow
-from dbqueue.spec import advisory_key
+from dbqueue.statements import Statements
 
-if TYPE_CHECKING:
-    from dbqueue.layout import Layout
-
-#: How long a rewrite waits for a table's lock. While it waits, every statement on the queue
-#: waits behind it, so this is also the longest stall a compaction that does not get its lock
-#: causes.
-LOCK_TIMEOUT = dt.timedelta(milliseconds=20)
+#: How long a rewrite keeps trying to find the tables free of other statements' locks (it
+#: never waits for one: see ``_rewrite``), trying again every ``RETRY_PAUSE`` seconds.
+LOCK_TIMEOUT = dt.timedelta(milliseconds=200)
+RETRY_PAUSE = 0.01
 #: A table that would copy more rows than this is not rewritten: the copy would hold the lock
 #: past the 100 ms a queue may stall. Measured with the TRUNCATE-and-copy compaction this
 #: replaces, on 2 cores, quiet (bench/reports/2026-11-26-compaction-cost.md): 10,000 rows 54 ms
 #: (split) and 56 ms (ring), 20,000 rows 102 and 131 ms; VACUUM FULL copies the same rows and
 #: rebuilds the same indexes.
 MAX_ROWS = 12_000
-#: A table that VACUUM left with more dead versions than this, and than live rows, is held by
-#: a transaction: its rewrite would copy them all and give back little; it waits. (Without a
-#: held horizon VACUUM leaves only the versions of transactions still running: a few.)
-HELD_VERSIONS = 1_000
+#: A table of at least this many pages that VACUUM left with less than half of them all
+#: visible is pinned by a transaction holding the horizon: its rewrite would copy every version
+#: on them and give back little; it waits. Once the horizon moves on, VACUUM removes the dead
+#: versions and marks nearly every page all visible (a ring's grown slot table measured 0 of
+#: 750 pages all visible while held, 745 just after). Read from pg_class, which VACUUM writes
+#: as it ends: its count of dead versions, in the statistics, takes in afterwards what other
+#: sessions had done before it (their counts are sent up to a second late), and a ring read
+#: 15,000 dead versions there a moment after a VACUUM had left none.
+PINNED_PAGES = 16
 #: Compact once the tables have grown by this share of their compacted size, and by at least
 #: ``MIN_GROWTH`` bytes: a compaction then copies at most about as many bytes as it gives back.
 #: At 0.15 a split queue with a backlog copied its backlog every second for a sixth of it in
 #: dead versions (bench/reports/2026-11-26-longtx-2.md).
 GROWTH = 1.0
-MIN_GROWTH = 256 * 1024
+MIN_GROWTH = 4 * 1024 * 1024
 #: Once the tables have stopped growing for ``SETTLE`` seconds (the transaction that held the
 #: horizon ended: pruning and vacuum keep up again) while still ``SETTLED_GROWTH`` over their
 #: compacted size (and ``MIN_GROWTH``), one more compaction gives back what it left.
 SETTLE = 5.0
 SETTLED_GROWTH = 0.2
 
-#: Why a compaction did not run when another process was compacting the same queue: not worth
-#: a warning (it is being done).
-BUSY = "another process is compacting it"
-
-#: SQLSTATEs of a rewrite that could not run: its lock was not granted in time; the role may
-#: not vacuum the table (PostgreSQL mostly warns and skips instead: see ``_rewritten``).
-_LOCKED, _NOT_ALLOWED = "55P03", "42501"
+#: The SQLSTATE of a role that may not vacuum a table (PostgreSQL mostly warns and skips it
+#: instead, which ``_rewrite`` finds in its file not changing).
+_NOT_ALLOWED = "42501"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,35 +114,30 @@ class CompactResult:
 
 
 class KeptRow(NamedTuple):
-    """A row of ``<layout>_kept``: one of the queue's tables as the last VACUUM left it: the
-    rows a rewrite would copy (live ones, and dead ones a snapshot may still see), those dead
-    ones alone, and its file (a rewrite gives it a new one)."""
+    """A row of ``<layout>_kept``: one of the queue's tables as the last VACUUM left it
+    (``pg_class``, which VACUUM updates as it ends): its live rows, its pages, those of them
+    all visible (every row on them visible to every snapshot), and its file (a rewrite gives
+    it a new one)."""
 
     relation: str
-    kept: int
-    dead: int
+    live: int
+    pages: int
+    visible: int
     filenode: int
 
 
-class ClaimRow(NamedTuple):
-    """The row of ``<layout>_compact_claim``: whether this session is the queue's one
-    compactor now, and the session's lock timeout before the claim set it."""
-
-    got: bool
-    lock_timeout: str
-
-
 def compact(
-    queue: Layout,
+    queue: Statements,
     ex: Executor,
     *,
     lock_timeout: dt.timedelta = LOCK_TIMEOUT,
     before: int | None = None,
 ) -> CompactResult:
     """Compact the queue's tables (see the module docstring) on ``ex``, which must not be in
-    a transaction; a skip (a snapshot still needs the dead versions, too many rows, the lock
-    not granted in time, another compactor, a role that may not vacuum) is reported in the
-    result, not raised. ``before``: the tables' size, if the caller has just measured it."""
+    a transaction; a skip (a snapshot still needs the dead versions, too many rows, a table
+    that other statements kept locked for ``lock_timeout``, a role that may not vacuum) is
+    reported in the result, not raised. ``before``: the tables' size, if the caller has just
+    measured it."""
     if not queue.dialect.keeps_dead_versions:
         return CompactResult(False, 0, 0, skipped=f"{queue.dialect.name} keeps no dead versions")
     if ex.in_transaction():
@@ -153,67 +147,70 @@ def compact(
         )
     if before is None:
         before = size(queue, ex)
-    ms = max(1, round(lock_timeout.total_seconds() * 1000))
-    key = advisory_key(f"dbqueue-compact:{queue.spec.table}")
-    claim = queue._rows(
-        ex, "compact_claim", {"compact_key": key, "lock_timeout": f"{ms}ms"}, ClaimRow
-    )[0]
-    try:
-        if not claim.got:
-            return CompactResult(False, before, before, skipped=BUSY)
-        return _compact_claimed(queue, ex, before, ms)
-    finally:
-        done = {"compact_key": key, "got": claim.got, "lock_timeout": claim.lock_timeout}
-        queue._run(ex, "compact_done", done)
-
-
-def _compact_claimed(queue: Layout, ex: Executor, before: int, ms: int) -> CompactResult:
     queue._run_outside(ex, "vacuum", {})
     tables = queue._rows(ex, "kept", {}, KeptRow)
     if not tables:  # a stale spec (segments renamed?) finds nothing: nothing to rewrite
         return CompactResult(False, before, before, skipped="none of its tables was found")
     vacuumed = size(queue, ex)
-    held = [t for t in tables if t.dead > max(t.kept - t.dead, HELD_VERSIONS)]
-    if held:
-        dead = sum(t.dead for t in tables)
+    pinned = [t for t in tables if t.pages >= PINNED_PAGES and t.visible * 2 < t.pages]
+    if pinned:
+        pages = sum(t.pages - t.visible for t in pinned)
         why = (
-            f"a transaction still needs {dead} dead row versions (it holds the xmin horizon); "
-            f"compacted once it ends"
+            f"a transaction holds the xmin horizon: {pages} pages of the queue's tables keep "
+            f"row versions a snapshot may still see; compacted once it ends"
         )
         return CompactResult(False, before, vacuumed, skipped=why)
-    worst = max(tables, key=lambda t: t.kept)
-    if worst.kept > MAX_ROWS:
-        why = f"{worst.relation} holds {worst.kept} rows, more than {MAX_ROWS} to copy under a lock"
+    worst = max(tables, key=lambda t: t.live)
+    if worst.live > MAX_ROWS:
+        why = f"{worst.relation} holds {worst.live} rows, more than {MAX_ROWS} to copy under a lock"
         return CompactResult(False, before, vacuumed, skipped=why)
+    return _rewrite(queue, ex, tables, before, lock_timeout)
+
+
+def _rewrite(
+    queue: Statements,
+    ex: Executor,
+    tables: list[KeptRow],
+    before: int,
+    lock_timeout: dt.timedelta,
+) -> CompactResult:
+    """VACUUM (FULL, SKIP_LOCKED) of the queue's tables, again every ``RETRY_PAUSE`` while a
+    table was skipped (another statement held a lock on it) and ``lock_timeout`` has not
+    passed. SKIP_LOCKED: a rewrite that waited for a table's lock would make every statement
+    on the queue wait behind it; one that takes only free tables stalls nobody but for its
+    copy. (Nor is a session setting such as lock_timeout used: behind a pooler in transaction
+    mode it would stay on a server connection that another client gets next; so would a
+    session advisory lock, so two compactors are not kept apart: the second one's rewrite
+    finds the tables locked, or small.)"""
     start = time.monotonic()
-    try:
-        queue._run_outside(ex, "compact", {})
-    except QueueUnavailable as exc:
-        if sqlstate(exc) != _LOCKED:
-            raise
-        took = time.monotonic() - start
-        return CompactResult(False, before, size(queue, ex), took, f"lock not granted in {ms} ms")
-    except Exception as exc:
-        if sqlstate(exc) != _NOT_ALLOWED:
-            raise
-        return CompactResult(False, before, vacuumed, skipped=f"the role may not vacuum it ({exc})")
+    deadline = start + lock_timeout.total_seconds()
+    old = {t.relation: t.filenode for t in tables}
+    while True:
+        try:
+            queue._run_outside(ex, "compact", {})
+        except Exception as exc:
+            if sqlstate(exc) != _NOT_ALLOWED:
+                raise
+            return CompactResult(False, before, size(queue, ex), skipped=f"may not vacuum ({exc})")
+        now = queue._rows(ex, "kept", {}, KeptRow)
+        # PostgreSQL skips a table it cannot lock at once, or that the role may not vacuum,
+        # with a warning and no error: its file is then the same.
+        left = sorted(t.relation for t in now if old.get(t.relation) == t.filenode)
+        if not left or time.monotonic() + RETRY_PAUSE > deadline:
+            break
+        time.sleep(RETRY_PAUSE)
     took = time.monotonic() - start
     after = size(queue, ex)
-    left = _not_rewritten(tables, queue._rows(ex, "kept", {}, KeptRow))
     if left:
-        why = f"{', '.join(left)} not rewritten (VACUUM needs the tables' owner)"
+        why = (
+            f"{', '.join(left)} not rewritten: locked by other statements for "
+            f"{lock_timeout.total_seconds() * 1000:.0f} ms, or not the role's to vacuum"
+        )
         return CompactResult(False, before, after, took, why)
     return CompactResult(True, before, after, took)
 
 
-def _not_rewritten(before: list[KeptRow], after: list[KeptRow]) -> list[str]:
-    """The tables a VACUUM (FULL) left in their old file: PostgreSQL skips, with a warning
-    and no error, a table the role may not vacuum."""
-    old = {t.relation: t.filenode for t in before}
-    return sorted(t.relation for t in after if old.get(t.relation) == t.filenode)
-
-
-def size(queue: Layout, ex: Executor) -> int:
+def size(queue: Statements, ex: Executor) -> int:
     """The bytes of the queue's hot tables (with their indexes and TOAST); 0 where the
     database keeps no dead versions."""
     if not queue.dialect.keeps_dead_versions:
@@ -280,7 +277,7 @@ class Growth:
             self._pause = min(self._pause * 2, RETRY_MAX)
 
 
-def compact_if_grown(queue: Layout, ex: Executor, growth: Growth) -> CompactResult | None:
+def compact_if_grown(queue: Statements, ex: Executor, growth: Growth) -> CompactResult | None:
     """Compact if the tables have grown enough since ``growth``'s baseline (see
     :class:`Growth`); the result, or None if no compaction was due."""
     if not queue.dialect.keeps_dead_versions:

@@ -36,6 +36,7 @@ from dbqueue.ring.claims import Claim
 from dbqueue.ring.states import SideState
 from dbqueue.schema import create_ring_statements, drop_ring_statements, group_statements
 from tests.core.backends import BACKENDS, connect
+from tests.core.upkeep.support import compacted
 
 FIELDS = (Field("n", FieldKind.INTEGER), Field("note", FieldKind.TEXT, nullable=True))
 GROUPS = ("email", "search", "audit")
@@ -322,7 +323,7 @@ def test_the_queue_pushes_and_its_groups_pop(bed: Bed) -> None:
         # hold the payloads, every message kept (dbqueue.upkeep.compaction).
         ids = bed.queue.push_many(bed.ex, [{"n": i} for i in range(3)])
         email = bed.group("email")
-        assert email.compact(bed.ex).compacted
+        assert compacted(email, bed.ex).compacted
         assert [m.id for m in email.pop_batch(bed.ex, 5)] == ids
         assert [m.payload["n"] for m in bed.group("audit").pop_batch(bed.ex, 5)] == [0, 1, 2]
 

@@ -17,7 +17,7 @@ import pytest
 from dbqueue.codec import Codec
 from dbqueue.dialects import DIALECTS, PostgreSQL, SQLite
 from dbqueue.errors import InvalidSpec
-from dbqueue.schema import create_statements
+from dbqueue.schema import create_statements, drop_statements
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
 from dbqueue.sql import load, render
 
@@ -63,10 +63,12 @@ def all_parts(spec: QueueSpec, dialect: Any, layout: str = "split") -> Iterator[
 
 
 def compaction(layout: str) -> set[str]:
-    """The compaction statements (dbqueue.upkeep.compaction): PostgreSQL only, since SQLite keeps
-    no dead versions; ``<layout>_vacuum`` and ``<layout>_compact`` are VACUUMs, which EXPLAIN
-    cannot plan (tests/core/test_compaction.py runs them)."""
-    names = ("size", "vacuum", "kept", "compact_claim", "compact_done", "compact")
+    """The upkeep statements (dbqueue.upkeep): PostgreSQL only, since SQLite keeps no dead
+    versions; ``<layout>_vacuum`` and ``<layout>_compact`` are VACUUMs, which EXPLAIN cannot
+    plan (tests/core/upkeep/ runs them). A split queue's heads too."""
+    names = ["size", "vacuum", "kept", "compact"]
+    if layout == "split":
+        names += ["head_writers", "head_writing", "head_advance", "head_bands"]
     return {f"{layout}_{name}" for name in names}
 
 
@@ -174,7 +176,7 @@ def test_rendered_statements_have_no_leftover_placeholders(dialect: Any, fields:
 def test_rendered_sql_quotes_every_identifier_from_the_spec(dialect: Any) -> None:
     spec = sample_spec("tbl_sample")
     for name, part in all_parts(spec, dialect):
-        for m in re.finditer(r"tbl_sample(_meta)?", part):
+        for m in re.finditer(r"tbl_sample(_meta|_head)?", part):
             assert part[m.start() - 1] == '"' and part[m.end()] == '"', (name, part)
         for f in SAMPLE_FIELDS:
             for m in re.finditer(re.escape(f.name), part):
@@ -305,7 +307,8 @@ def _pg_values() -> dict[str, Any]:
         "max_attempts": 3, "lock_key": 42, "error": "e", "state": None, "channel": "dbqueue_q",
         "commit": "off", "lock_timeout": "20ms", "compact_key": 43, "got": True, "due": True,
         "older_than": second, "in_slots": True, "slot_state": None, "table": "q", "id": 1,
-        "unique_key": "k", "keys": ["k"], "id_seq": "pg_class",
+        "unique_key": "k", "keys": ["k"], "id_seq": "pg_class", "writers": ["1/1"],
+        "cap": dt.datetime.now(dt.UTC),
     }  # fmt: skip
 
 
@@ -317,7 +320,8 @@ def pg_tables(
     for statement in create_statements(spec, PostgreSQL()):
         pg_conn.execute(statement)
     yield spec
-    pg_conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
+    for statement in drop_statements(spec, PostgreSQL()):
+        pg_conn.execute(statement)
 
 
 def explain_every_part(pg_conn: psycopg.Connection, parts: Iterator[tuple[str, str]]) -> None:
@@ -357,7 +361,8 @@ def test_postgresql_push_many_is_valid_without_payload_fields(
             pg_conn.cursor().execute("EXPLAIN " + part, params).fetchall()
             assert name
     finally:
-        pg_conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
+        for statement in drop_statements(spec, PostgreSQL()):
+            pg_conn.execute(statement)
 
 
 # -- consumer groups (split_groups.sql) ---------------------------------------------------------
@@ -403,12 +408,12 @@ def test_every_postgresql_statement_of_a_queue_with_groups_is_valid(
     try:
         explain_every_part(pg_conn, grouped_parts(table_name, PostgreSQL()))
     finally:
-        tables = ", ".join(f'"{t}"' for t in (spec.table, *spec.group_meta_tables))
-        pg_conn.execute(f"DROP TABLE {tables}")
+        for statement in drop_statements(spec, PostgreSQL()):
+            pg_conn.execute(statement)
 
 
 @pytest.mark.parametrize("dialect", list(DIALECTS.values()), ids=list(DIALECTS))
 def test_a_queue_without_groups_renders_no_group_text(dialect: Any) -> None:
     # The group fragments are neutral: no statement of a plain queue names a group's table.
     for name, part in all_parts(sample_spec(), dialect):
-        assert "_meta_" not in part and "NOT EXISTS (SELECT 1 FROM" not in part, name
+        assert "_meta_" not in part and "AS h WHERE h.id = d.id" not in part, name

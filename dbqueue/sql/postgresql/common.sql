@@ -10,20 +10,39 @@
 (SELECT CASE WHEN %(commit)s::text IS NULL THEN 'kept'
              ELSE set_config('synchronous_commit', %(commit)s::text, true) END) IS NOT NULL
 
--- _compact_claim --
--- Compaction's first statement (see dbqueue.upkeep.compaction), outside any transaction: its
--- advisory lock, tried, never awaited (one compactor per queue at a time), held by the session
--- until _compact_done; and the session's lock timeout (what VACUUM FULL waits for each table's
--- lock), the one it had coming back to be restored by _compact_done.
-WITH old AS MATERIALIZED (
-    SELECT current_setting('lock_timeout') AS lock_timeout
-)
-SELECT pg_try_advisory_lock(%(compact_key)s) AS got, old.lock_timeout,
-       set_config('lock_timeout', %(lock_timeout)s, false) AS now
-FROM old
+-- _clock --
+-- When a row that becomes ready is due (a push's run_at, a retry's, a rescue's, the start of a
+-- back-off): the clock as the statement runs, read once (an init plan) after the statement
+-- has taken its table locks; not statement_timestamp(), read when the statement arrived,
+-- before it may have waited for a lock. A split queue's heads rely on it
+-- (dbqueue.upkeep.heads): a row made ready by a writer that took its lock after an advance
+-- began is due no earlier than that advance's cap.
+(SELECT clock_timestamp())
 
--- _compact_done --
--- Compaction's last statement, whatever happened: the claim given up if it was taken
--- (%(got)s), the lock timeout restored (%(lock_timeout)s: the one _compact_claim returned).
-SELECT CASE WHEN %(got)s THEN pg_advisory_unlock(%(compact_key)s) END,
-       set_config('lock_timeout', %(lock_timeout)s, false)
+-- _bands --
+-- A fragment of a split queue's pops: the priorities that may have ready items, each with its
+-- head, where its items due now begin in the ready index (dbqueue.upkeep.heads). A long
+-- transaction elsewhere in the database keeps every index entry of the items taken since it
+-- began, dead to every pop and yet to be skipped by each: read from the start, the pops of a
+-- five-minute hold at 1,000 msg/s walked up to 300,000 of them (p99 1.8 s). Each row of the
+-- head table, and priority 0 (the default, whose pushes do not write the head table) from its
+-- start if it has none.
+(SELECT priority, run_at FROM {heads}
+ UNION ALL
+ SELECT 0, '-infinity' WHERE NOT EXISTS (SELECT 1 FROM {heads} WHERE priority = 0))
+
+-- _lowered --
+-- A fragment of the statements that make items ready again with the due time they had
+-- (`low`: each priority, and the earliest such due time): those priorities' rows in the head
+-- table, and their heads lowered to that time where it is past. Always written (LEAST may
+-- change nothing): the row is then locked, and an advance running meanwhile, which may
+-- already have passed that time, gives up (dbqueue.upkeep.heads).
+band AS (
+    INSERT INTO {heads} (priority, run_at)
+    SELECT priority, '-infinity'::timestamptz FROM low
+    ON CONFLICT (priority) DO NOTHING
+), lowered AS (
+    UPDATE {heads} AS h SET run_at = LEAST(h.run_at, low.run_at)
+    FROM low
+    WHERE h.priority = low.priority AND low.run_at < {_clock}
+)

@@ -830,20 +830,13 @@ VACUUM (SKIP_LOCKED) {tables};
 -- ring_kept --
 -- Each table of the ring, each segment of a partitioned one, as the last VACUUM left it (see
 -- split_kept).
-SELECT c.oid::regclass::text AS relation,
-       pg_stat_get_live_tuples(c.oid) + pg_stat_get_dead_tuples(c.oid) AS kept,
-       pg_stat_get_dead_tuples(c.oid) AS dead, pg_relation_filenode(c.oid) AS filenode
+SELECT c.oid::regclass::text AS relation, greatest(c.reltuples, 0)::bigint AS live,
+       c.relpages AS pages, c.relallvisible AS visible, pg_relation_filenode(c.oid) AS filenode
 FROM {_leaves} AS l JOIN pg_class AS c ON c.oid = l.relid
 ORDER BY 1;
-
--- ring_compact_claim --
-{_compact_claim};
-
--- ring_compact_done --
-{_compact_done};
 
 -- ring_compact --
 -- Compaction's rewrite (see split_compact): a partitioned slot table segment by segment, each
 -- in a transaction of its own holding only that segment's lock. Every slot keeps its number,
 -- state, lease and payload, and every version some snapshot may still see is copied with it.
-VACUUM (FULL) {tables};
+VACUUM (FULL, SKIP_LOCKED) {tables};

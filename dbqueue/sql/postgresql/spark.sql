@@ -67,7 +67,9 @@ write_id = %(write_id)s
 -- spark_publish_split --
 -- Publish a whole write into a split queue in ONE statement: ids drawn in staging order
 -- (partition, then row), data and meta rows inserted, the write's stage rows deleted (those of
--- failed attempts too). Rows without a priority or run_at column get 0 and now.
+-- failed attempts too). Rows without a priority or run_at column get 0 and now; each priority
+-- published gets its row in the head table, its head lowered to a run_at in the past
+-- (split.sql's _lowered).
 WITH s AS MATERIALIZED (
     SELECT nextval(%(id_seq)s::regclass) AS id, st.*
     FROM (SELECT * FROM {stage} WHERE {_staged} ORDER BY part, ord) AS st
@@ -76,9 +78,12 @@ WITH s AS MATERIALIZED (
     SELECT s.id{s_columns}, statement_timestamp() FROM s ORDER BY s.id
 ), m AS (
     INSERT INTO {meta} (id, state, priority, run_at, attempts)
-    SELECT s.id, {state_ready}, coalesce(s.priority, 0), coalesce(s.run_at, statement_timestamp()), 0
+    SELECT s.id, {state_ready}, coalesce(s.priority, 0), coalesce(s.run_at, {_clock}), 0
     FROM s ORDER BY s.id
-), gone AS (
+), low AS (
+    SELECT coalesce(s.priority, 0) AS priority, min(coalesce(s.run_at, 'infinity')) AS run_at
+    FROM s GROUP BY 1
+), {_lowered}, gone AS (
     DELETE FROM {stage} WHERE write_id = %(write_id)s AND part >= 0
 )
 SELECT count(*), min(id), max(id) FROM s;
@@ -156,9 +161,10 @@ WHERE f.id >= %(lo)s AND f.id < %(hi)s AND f.state = ANY(%(states)s::smallint[])
 ORDER BY f.id;
 
 -- spark_lock_split --
--- A stream batch's read runs in REPEATABLE READ: the first statement takes the tables' lock,
--- before the snapshot, so that the snapshot is younger than any compaction that ran (a
--- compaction's TRUNCATE is not MVCC-safe: an older snapshot would see the tables empty).
+-- A stream batch's read runs in REPEATABLE READ: the first statement takes the tables' lock
+-- before the snapshot. No compaction changes what a snapshot sees (dbqueue.upkeep); the lock
+-- keeps one from rewriting the tables while the batch reads them (a rewrite skips a locked
+-- table).
 LOCK TABLE {meta}, {data} IN ACCESS SHARE MODE;
 
 -- spark_lock_ring --
@@ -188,18 +194,24 @@ ORDER BY f.id;
 
 -- spark_lease_split --
 -- A stream's micro-batch: up to %(n)s due items leased (NULL: all of them), one more attempt
--- counted, in delivery order; only their tokens come back (the executors read the payloads).
+-- counted, in delivery order (each priority read from its head, as split.sql's _picked); only
+-- their tokens come back (the executors read the payloads).
 -- An available-now query passes the bounds it fixed at its start, %(until)s (the newest id
 -- then ready) and %(due_by)s (its start): items pushed, retried or given back since wait for
 -- its next run. NULL bounds: none.
 WITH picked AS (
-    SELECT id FROM {meta}
-    WHERE state = {state_ready}
-      AND run_at <= least(statement_timestamp(), %(due_by)s::timestamptz)
-      AND id <= coalesce(%(until)s::bigint, id)
-    ORDER BY priority DESC, run_at, id
+    SELECT p.id FROM {_bands} AS b
+    CROSS JOIN LATERAL (
+        SELECT m.id FROM {meta} AS m
+        WHERE m.state = {state_ready} AND m.priority = b.priority AND m.run_at >= b.run_at
+          AND m.run_at <= least(statement_timestamp(), %(due_by)s::timestamptz)
+          AND m.id <= coalesce(%(until)s::bigint, m.id)
+        ORDER BY m.run_at, m.id
+        LIMIT %(n)s
+        FOR UPDATE OF m SKIP LOCKED
+    ) AS p
+    ORDER BY b.priority DESC
     LIMIT %(n)s
-    FOR UPDATE SKIP LOCKED
 )
 UPDATE {meta} AS m
 SET state = {state_leased}, attempts = m.attempts + 1,

@@ -27,20 +27,36 @@ d AS (
     RETURNING id
 )
 
+-- _pushed_head --
+-- A fragment of the pushes: what a push does to the head table ({heads}; see
+-- dbqueue.upkeep.heads). A priority other than 0 gets its row, read from its start (a pop
+-- reaches a priority only through its row; 0 from its start without one). An explicit run_at
+-- in the past lowers its head (rows locked, so that an advance running meanwhile, which may
+-- already have passed that time, gives up): a default run_at is never behind a head.
+band AS (
+    INSERT INTO {heads} (priority, run_at)
+    SELECT %(priority)s, '-infinity'::timestamptz
+    WHERE %(priority)s <> 0 OR %(run_at)s::timestamptz < {_clock}
+    ON CONFLICT (priority) DO NOTHING
+), lowered AS (
+    UPDATE {heads} AS h SET run_at = LEAST(h.run_at, %(run_at)s::timestamptz)
+    WHERE h.priority = %(priority)s AND %(run_at)s::timestamptz < {_clock}
+)
+
 -- split_push --
-WITH {_data_row}
+WITH {_data_row}, {_pushed_head}
 INSERT INTO {meta} (id, state, priority, run_at, attempts)
 SELECT d.id, {state_ready}, %(priority)s,
-       COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0
+       COALESCE(%(run_at)s::timestamptz, {_clock} + %(delay)s::interval), 0
 FROM d
 RETURNING id;
 
 -- split_push_many --
 -- One statement per batch (see _data_rows).
-WITH {_data_rows}, m AS (
+WITH {_data_rows}, {_pushed_head}, m AS (
     INSERT INTO {meta} (id, state, priority, run_at, attempts)
     SELECT d.id, {state_ready}, %(priority)s,
-           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0
+           COALESCE(%(run_at)s::timestamptz, {_clock} + %(delay)s::interval), 0
     FROM d
 )
 SELECT id FROM d ORDER BY id;
@@ -56,10 +72,10 @@ SELECT id FROM d ORDER BY id;
 -- whose pusher committed while this statement waited, which dbqueue.split then reads).
 WITH k AS (
     SELECT {unique_value} AS key
-), m AS (
+), {_pushed_head}, m AS (
     INSERT INTO {meta} (id, state, priority, run_at, attempts, unique_key)
     SELECT nextval(%(id_seq)s::regclass), {state_ready}, %(priority)s,
-           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0, k.key
+           COALESCE(%(run_at)s::timestamptz, {_clock} + %(delay)s::interval), 0, k.key
     FROM k
     ON CONFLICT DO NOTHING
     RETURNING id
@@ -88,10 +104,10 @@ WITH r AS (
     FROM (
         SELECT r.*, {unique_value_r} AS stored_key FROM {keyed_source} ORDER BY r.ord
     ) AS s
-), m AS (
+), {_pushed_head}, m AS (
     INSERT INTO {meta} (id, state, priority, run_at, attempts, unique_key)
     SELECT r.id, {state_ready}, %(priority)s,
-           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval), 0,
+           COALESCE(%(run_at)s::timestamptz, {_clock} + %(delay)s::interval), 0,
            r.stored_key
     FROM r ORDER BY r.ord
     ON CONFLICT DO NOTHING
@@ -111,15 +127,23 @@ WHERE unique_key = ANY(%(keys)s::text[]) AND {unique_held};
 
 -- _picked --
 -- A fragment of every pop: the due items in delivery order, locked, skipping rows other
--- poppers hold. LIMIT ... FOR UPDATE SKIP LOCKED sits in its own CTE: inside IN (...) the
--- planner may run the subquery again and lock more rows than asked for. run_at is the due
--- time split_pop_done returns and orders by (it overwrites the column with the finish time).
+-- poppers hold. Priority by priority, highest first, each read from its head (_bands), in a
+-- nested loop that stops at the n-th row: a lower priority is read only when the higher ones
+-- had fewer than n. LIMIT ... FOR UPDATE SKIP LOCKED sits in the lateral sub-select: inside
+-- IN (...) the planner may run a subquery again and lock more rows than asked for. run_at is
+-- the due time split_pop_done returns and orders by (it overwrites the column).
 picked AS (
-    SELECT id, run_at FROM {meta}
-    WHERE state = {state_ready} AND run_at <= statement_timestamp()
-    ORDER BY priority DESC, run_at, id
+    SELECT p.id, p.run_at FROM {_bands} AS b
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.run_at FROM {meta} AS m
+        WHERE m.state = {state_ready} AND m.priority = b.priority
+          AND m.run_at >= b.run_at AND m.run_at <= statement_timestamp()
+        ORDER BY m.run_at, m.id
+        LIMIT %(n)s
+        FOR UPDATE OF m SKIP LOCKED
+    ) AS p
+    ORDER BY b.priority DESC
     LIMIT %(n)s
-    FOR UPDATE SKIP LOCKED
 )
 
 -- _leased --
@@ -247,11 +271,18 @@ RETURNING m.id;
 acked_first AS (
     SELECT count(*) AS n FROM acked
 ), picked AS (
-    SELECT id, run_at FROM {meta}
-    WHERE state = {state_ready} AND run_at <= statement_timestamp() AND (SELECT n FROM acked_first) >= 0
-    ORDER BY priority DESC, run_at, id
+    SELECT p.id, p.run_at FROM {_bands} AS b
+    CROSS JOIN LATERAL (
+        SELECT m.id, m.run_at FROM {meta} AS m
+        WHERE m.state = {state_ready} AND m.priority = b.priority
+          AND m.run_at >= b.run_at AND m.run_at <= statement_timestamp()
+          AND (SELECT n FROM acked_first) >= 0
+        ORDER BY m.run_at, m.id
+        LIMIT %(n)s
+        FOR UPDATE OF m SKIP LOCKED
+    ) AS p
+    ORDER BY b.priority DESC
     LIMIT %(n)s
-    FOR UPDATE SKIP LOCKED
 ), {_leased}, popped AS (
     SELECT m.id, m.attempts, m.priority, m.run_at, m.lease_until, d.enqueued_at, {error}{d_payload}
     FROM m LEFT JOIN {data} AS d ON d.id = m.id
@@ -291,7 +322,7 @@ WITH tok AS (
                      ELSE {state_ready} END,
         run_at = CASE WHEN allowed.state = {state_cancelling} OR m.attempts >= %(max_attempts)s
                       THEN statement_timestamp()
-                      ELSE statement_timestamp() + tok.delay END,
+                      ELSE {_clock} + tok.delay END,
         lease_until = NULL{set_error_tok}
     FROM allowed JOIN tok ON tok.id = allowed.id
     WHERE m.id = allowed.id
@@ -331,18 +362,23 @@ RETURNING m.id;
 
 -- split_release --
 -- Leased items handed back unstarted (a worker stopping): ready again at once and first in
--- line as before (run_at unchanged), the attempt their pop counted taken back. A cancelling
--- one is cancelled instead (run_at: when).
+-- line as before (run_at unchanged, so their priorities' heads are lowered to it), the attempt
+-- their pop counted taken back. A cancelling one is cancelled instead (run_at: when).
 WITH tok AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(attempts)b::smallint[]) AS t(id, attempts)
-), {_held_in_order}
-UPDATE {meta} AS m
-SET state = CASE WHEN m.state = {state_cancelling} THEN {state_cancelled} ELSE {state_ready} END,
-    run_at = CASE WHEN m.state = {state_cancelling} THEN statement_timestamp() ELSE m.run_at END,
-    lease_until = NULL, attempts = m.attempts - 1
-FROM mine
-WHERE m.id = mine.id AND m.state IN ({state_leased}, {state_cancelling})
-RETURNING m.id;
+), {_held_in_order}, released AS (
+    UPDATE {meta} AS m
+    SET state = CASE WHEN m.state = {state_cancelling} THEN {state_cancelled} ELSE {state_ready} END,
+        run_at = CASE WHEN m.state = {state_cancelling} THEN statement_timestamp() ELSE m.run_at END,
+        lease_until = NULL, attempts = m.attempts - 1
+    FROM mine
+    WHERE m.id = mine.id AND m.state IN ({state_leased}, {state_cancelling})
+    RETURNING m.id, m.state, m.priority, m.run_at
+), low AS (
+    SELECT priority, min(run_at) AS run_at FROM released WHERE state = {state_ready}
+    GROUP BY priority
+), {_lowered}
+SELECT id FROM released;
 
 -- split_not_leased --
 -- Diagnosis for NotLeased errors only (never on the hot path).
@@ -357,15 +393,23 @@ WHERE m.id IS NULL;
 -- In a unique queue, an item whose key another item holds now stays failed ({unique_free}):
 -- a retry must not make a second item of one key.
 UPDATE {meta}
-SET state = {state_ready}, attempts = 0, run_at = statement_timestamp(), lease_until = NULL
+SET state = {state_ready}, attempts = 0, run_at = {_clock}, lease_until = NULL
 WHERE id = ANY(%(ids)b::bigint[]) AND state = {state_failed} AND {unique_free}
 RETURNING id;
 
 -- split_set_priority --
--- Any state: a ready item moves in the delivery order, a failed one keeps it for its retry.
-UPDATE {meta} SET priority = %(priority)s
-WHERE id = ANY(%(ids)b::bigint[])
-RETURNING id;
+-- Any state: a ready item moves in the delivery order (with its due time: the new priority's
+-- head is lowered to it), a failed one keeps it for its retry.
+WITH moved AS (
+    UPDATE {meta} SET priority = %(priority)s
+    WHERE id = ANY(%(ids)b::bigint[])
+    RETURNING id, state, run_at
+), low AS (
+    SELECT %(priority)s AS priority, min(run_at) AS run_at FROM moved
+    WHERE state = {state_ready}
+    HAVING count(*) > 0
+), {_lowered}
+SELECT id FROM moved;
 
 -- split_rescue --
 -- One rescuer at a time per queue: a transaction-scoped advisory lock, tried not awaited.
@@ -384,7 +428,7 @@ WITH lock AS (
 ), m AS (
     UPDATE {meta} AS m
     SET state = CASE WHEN m.attempts >= %(max_attempts)s THEN {state_failed} ELSE {state_ready} END,
-        run_at = statement_timestamp(), lease_until = NULL{set_error}
+        run_at = {_clock}, lease_until = NULL{set_error}
     FROM expired
     WHERE m.id = expired.id
     RETURNING m.id, m.state
@@ -397,10 +441,15 @@ SELECT id, state FROM m;
 
 -- split_next_due --
 -- When an idle worker next has work that no push will announce: the earliest run_at of a
--- ready item (a delay, a retry's back-off) or expiry of a lease (NULL: neither). Each
--- sub-select reads one partial index. A cancelling lease that expires gives no work (see
+-- ready item (a delay, a retry's back-off; each priority read from its head) or expiry of a
+-- lease (NULL: neither). Each sub-select reads one partial index. A cancelling lease that expires gives no work (see
 -- split_rescue).
-SELECT least((SELECT min(run_at) FROM {meta} WHERE state = {state_ready}),
+SELECT least((SELECT min(p.run_at) FROM {_bands} AS b
+              CROSS JOIN LATERAL (
+                  SELECT m.run_at FROM {meta} AS m
+                  WHERE m.state = {state_ready} AND m.priority = b.priority
+                    AND m.run_at >= b.run_at
+                  ORDER BY m.run_at LIMIT 1) AS p),
              (SELECT min(lease_until) FROM {meta} WHERE state = {state_leased})) AS due;
 
 -- split_stats --
@@ -514,6 +563,71 @@ SELECT id FROM m
 -- lock, which must not happen for every message under load.
 SELECT pg_notify(%(channel)s, '');
 
+-- split_head_writers --
+-- The first step of an advance of the heads (dbqueue.upkeep.heads): the clock now (%(cap)s of
+-- the advance), then the transactions that hold a lock to write the meta table (a push, a pop,
+-- anything that may make a row ready with a due time before the cap and not be visible yet).
+-- pg_locks: readable by every role, fast-path locks included.
+WITH clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS cap
+)
+SELECT clock.cap, ARRAY(
+    SELECT DISTINCT l.virtualtransaction::text FROM pg_locks AS l
+    WHERE l.locktype = 'relation' AND l.granted AND l.mode = 'RowExclusiveLock'
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.relation = '{meta}'::regclass
+) AS writers
+FROM clock;
+
+-- split_head_writing --
+-- How many of the transactions split_head_writers listed still hold their lock: the advance
+-- waits for none.
+SELECT count(*) FROM pg_locks AS l
+WHERE l.locktype = 'relation' AND l.granted AND l.mode = 'RowExclusiveLock'
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.relation = '{meta}'::regclass
+  AND l.virtualtransaction::text = ANY(%(writers)s::text[]);
+
+-- split_head_advance --
+-- The advance itself (dbqueue.upkeep.heads), once every writer split_head_writers listed has
+-- ended: each priority's head moved up to its first ready item, no further than %(cap)s (every
+-- writer since then dates what it makes ready from after it, see _clock). A head a lowering
+-- wrote since this statement read it (its xmin changed) is left for the next advance: this
+-- statement's reading of the meta table may predate what the lowering made ready. Priority 0
+-- gets its row here (its pushes do not write one).
+WITH b AS (
+    SELECT priority, run_at, xmin FROM {heads}
+), n AS (
+    SELECT b.priority, b.xmin, LEAST(%(cap)s::timestamptz, COALESCE((
+        SELECT m.run_at FROM {meta} AS m
+        WHERE m.state = {state_ready} AND m.priority = b.priority AND m.run_at >= b.run_at
+        ORDER BY m.run_at LIMIT 1), %(cap)s::timestamptz)) AS run_at
+    FROM b
+), band AS (
+    INSERT INTO {heads} (priority, run_at) VALUES (0, '-infinity') ON CONFLICT DO NOTHING
+)
+UPDATE {heads} AS h SET run_at = n.run_at
+FROM n
+WHERE h.priority = n.priority AND h.xmin = n.xmin AND n.run_at > h.run_at
+RETURNING h.priority;
+
+-- split_head_bands --
+-- Every priority that has ready items gets its row in the head table, read from its start
+-- (a safety net: a push writes its priority's row; one deleted by hand would hide its items).
+-- The priorities found one after the other, each from the index, not by reading every row.
+WITH RECURSIVE p AS (
+    (SELECT priority FROM {meta} WHERE state = {state_ready} ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.priority FROM {meta} AS m
+            WHERE m.state = {state_ready} AND m.priority < p.priority
+            ORDER BY m.priority DESC LIMIT 1)
+    FROM p WHERE p.priority IS NOT NULL
+)
+INSERT INTO {heads} (priority, run_at)
+SELECT priority, '-infinity' FROM p WHERE priority IS NOT NULL
+ON CONFLICT (priority) DO NOTHING
+RETURNING priority;
+
 -- split_size --
 -- The bytes of the queue's tables ({table_oids}: the meta table or tables, the data table) with
 -- their indexes and TOAST: what compaction watches.
@@ -521,28 +635,23 @@ SELECT sum(pg_total_relation_size(r)) FROM unnest(ARRAY[{table_oids}]) AS r;
 
 -- split_vacuum --
 -- Compaction's first step (dbqueue.upkeep.compaction): VACUUM removes from the queue's tables
--- what no snapshot may see any more, and leaves its statistics for split_kept. SKIP_LOCKED: a
+-- what no snapshot may see any more, and leaves in pg_class what split_kept reads. SKIP_LOCKED: a
 -- table that (auto)vacuum is working on is left to it, not waited for.
 VACUUM (SKIP_LOCKED) {tables};
 
 -- split_kept --
--- Each table of the queue as the last VACUUM left it: the rows a rewrite would copy (live, and
--- dead ones a snapshot may still see), those dead ones, and its file.
-SELECT c.oid::regclass::text AS relation,
-       pg_stat_get_live_tuples(c.oid) + pg_stat_get_dead_tuples(c.oid) AS kept,
-       pg_stat_get_dead_tuples(c.oid) AS dead, pg_relation_filenode(c.oid) AS filenode
+-- Each table of the queue as the last VACUUM left it (it writes pg_class as it ends): its live
+-- rows, its pages, those all visible (every version on them visible to every snapshot), and
+-- its file.
+SELECT c.oid::regclass::text AS relation, greatest(c.reltuples, 0)::bigint AS live,
+       c.relpages AS pages, c.relallvisible AS visible, pg_relation_filenode(c.oid) AS filenode
 FROM pg_class AS c
 WHERE c.oid = ANY(ARRAY[{table_oids}])
 ORDER BY 1;
 
--- split_compact_claim --
-{_compact_claim};
-
--- split_compact_done --
-{_compact_done};
-
 -- split_compact --
 -- Compaction's rewrite (dbqueue.upkeep.compaction): each table copied with every version some
--- snapshot may still see, its indexes rebuilt, in a transaction per table (PostgreSQL's own),
--- each waiting at most the session's lock timeout for its ACCESS EXCLUSIVE lock.
-VACUUM (FULL) {tables};
+-- snapshot may still see, its indexes rebuilt, in a transaction per table (PostgreSQL's own)
+-- under its ACCESS EXCLUSIVE lock, taken only if no other statement holds a lock on it
+-- (SKIP_LOCKED: a table it cannot lock at once is skipped, with a warning, and tried again).
+VACUUM (FULL, SKIP_LOCKED) {tables};

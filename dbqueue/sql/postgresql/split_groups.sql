@@ -9,14 +9,27 @@
 -- in id order, and decides in a later statement, whose snapshot sees every group that removed
 -- its row before it got the lock.
 
+-- _each_pushed_head --
+-- A fragment of the pushes, written once per group (see ring_groups.sql's header): what a push
+-- does to group {i}'s head table {g_head} (split.sql's _pushed_head).
+, band{i} AS (
+    INSERT INTO {g_head} (priority, run_at)
+    SELECT %(priority)s, '-infinity'::timestamptz
+    WHERE %(priority)s <> 0 OR %(run_at)s::timestamptz < {_clock}
+    ON CONFLICT (priority) DO NOTHING
+), lowered{i} AS (
+    UPDATE {g_head} AS h SET run_at = LEAST(h.run_at, %(run_at)s::timestamptz)
+    WHERE h.priority = %(priority)s AND %(run_at)s::timestamptz < {_clock}
+)
+
 -- _fanned_out --
 -- A fragment of the pushes: the meta row of each data row `d` as `r`, then written into every
--- group's table ({fan_out}: one insert per group, from `r`).
+-- group's table ({fan_out}: one insert per group, from `r`), and every group's head table.
 r AS (
     SELECT d.id, {state_ready} AS state, %(priority)s AS priority,
-           COALESCE(%(run_at)s::timestamptz, statement_timestamp() + %(delay)s::interval) AS run_at
+           COALESCE(%(run_at)s::timestamptz, {_clock} + %(delay)s::interval) AS run_at
     FROM d
-){fan_out}
+){fan_out}{_each_pushed_head}
 
 -- split_push --
 -- A push: the data row, and a meta row in every group's table, in one statement.

@@ -11,7 +11,9 @@ queue goes on where it was (leases, payloads, numbers and ids).
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,14 +40,13 @@ from dbqueue.schema import (
     create_statements,
     drop_ring_statements,
 )
-from dbqueue.spec import advisory_key
 from dbqueue.upkeep import compaction
+from tests.core.upkeep.support import HELD, compacted, unpinned
 
 FIELDS = (Field("n", FieldKind.INTEGER), Field("note", FieldKind.TEXT))
 NOTE = "x" * 100
 CAPACITY = 256
 LAYOUTS = ["ring", "split"]
-HELD = "a transaction still needs"
 
 
 def table_size(ex: Executor, table: str) -> int:
@@ -112,7 +113,7 @@ def bed(request: pytest.FixtureRequest, pg_dsn: str, table_name: str) -> Iterato
         for statement in drop_ring_statements(spec, dialect):
             conn.execute(statement)
     else:
-        conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
+        conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}", "{spec.head_table}"')
     conn.close()
 
 
@@ -120,7 +121,7 @@ def bed(request: pytest.FixtureRequest, pg_dsn: str, table_name: str) -> Iterato
 def test_compaction_waits_for_the_horizon_then_gives_back_what_it_kept(bed: Bed) -> None:
     q, ex = bed.queue, bed.ex
     bed.pass_messages(CAPACITY * 2)  # the ring's slots have held messages: its working size
-    assert q.compact(ex).compacted
+    assert compacted(q, ex).compacted
     start = bed.size()
     holder = bed.hold_horizon()
     try:
@@ -133,7 +134,7 @@ def test_compaction_waits_for_the_horizon_then_gives_back_what_it_kept(bed: Bed)
     # Held: nothing rewritten (a rewrite would copy every version the snapshot keeps).
     assert not held.compacted and held.skipped is not None and held.skipped.startswith(HELD)
     assert held.size_after >= grown * 0.9
-    result = q.compact(ex)
+    result = compacted(q, ex)
     assert result.compacted and result.skipped is None
     assert result.size_after == bed.size() <= 1.2 * start
 
@@ -144,7 +145,7 @@ def test_compaction_keeps_every_message_as_it_was(bed: Bed) -> None:
     bed.pass_messages(CAPACITY + 50)  # the ring has gone round: numbers past its capacity
     pushed = q.push_many(ex, [{"n": i, "note": f"m{i}"} for i in range(10)])
     leased = q.pop_batch(ex, 4)
-    assert q.compact(ex).compacted
+    assert compacted(q, ex).compacted
     # A lease taken before compaction is still fenced by its token: its ack finds it.
     assert q.ack(ex, leased) == [m.id for m in leased]
     rest = q.pop_batch(ex, 10)
@@ -174,7 +175,7 @@ def test_a_snapshot_taken_before_a_compaction_sees_the_queue_as_it_was(bed: Bed)
         q.push_many(ex, [{"n": i, "note": "after"} for i in range(3)])
         q.ack(ex, q.pop_batch(ex, 2))  # two of the first five go
         # The few versions the snapshot keeps are copied with the rest.
-        assert q.compact(ex).compacted
+        assert compacted(q, ex).compacted
         notes = report.execute(f'SELECT note FROM "{q.spec.table}" WHERE note IS NOT NULL')
         assert sorted(r[0] for r in notes.fetchall()) == ["before"] * 5
     assert [m.id for m in q.pop_batch(ex, 10)] == [*before[2:], *q_after(q, before)]
@@ -191,16 +192,16 @@ def test_a_transaction_holding_the_queue_makes_compaction_skip(bed: Bed) -> None
     other = executor_for(q.dialect, psycopg.connect(bed.dsn, autocommit=True))
     with other.atomic():
         q.push(other, {"n": 1, "note": "in a transaction left open"})
-        result = q.compact(ex, lock_timeout=compaction.LOCK_TIMEOUT)
-        assert not result.compacted
-        assert result.skipped == "lock not granted in 20 ms"
+        result = unpinned(q, ex)
+        assert not result.compacted and result.skipped is not None
+        assert "not rewritten: locked by other statements for 200 ms" in result.skipped
         assert result.size_after == bed.size()  # vacuumed: its free space map, say
     # Nothing was left behind: the queue and the connection work, the push is there, and
     # the session's lock timeout is back to what it was.
     (m,) = q.pop_batch(ex, 5)
     assert m.payload == {"n": 1, "note": "in a transaction left open"}
     assert ex.execute("SHOW lock_timeout", {}) == [("0",)]
-    assert q.compact(ex).compacted
+    assert compacted(q, ex).compacted
 
 
 @pytest.mark.postgresql
@@ -215,6 +216,7 @@ def test_compact_if_grown_waits_for_growth_and_for_the_horizon(
 ) -> None:
     clock = Clock()
     monkeypatch.setattr(compaction.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(compaction, "MIN_GROWTH", 256 * 1024)  # a small queue's growth
     q, ex = bed.queue, bed.ex
     bed.pass_messages(CAPACITY * 2)
     first = q.compact_if_grown(ex)  # the first look compacts, unless the tables are small
@@ -251,7 +253,7 @@ def test_a_split_queue_with_a_large_backlog_is_not_rewritten(
         assert not result.compacted and result.skipped is not None
         assert "holds 30 rows, more than 20 to copy under a lock" in result.skipped
         assert q.stats(ex).ready == 30
-        conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
+        conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}", "{spec.head_table}"')
 
 
 @pytest.mark.sqlite
@@ -286,29 +288,39 @@ def test_a_long_transaction_that_read_the_queue_keeps_compaction_away(bed: Bed) 
     with psycopg.connect(bed.dsn, autocommit=True) as report:
         report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         seen = report.execute(f'SELECT count(*) FROM "{table}"').fetchone()
-        result = q.compact(ex)
-        assert (result.compacted, result.skipped) == (False, "lock not granted in 20 ms")
+        result = unpinned(q, ex)
+        assert not result.compacted and result.skipped is not None
+        assert f"{table} not rewritten: locked by other statements" in result.skipped
         assert report.execute(f'SELECT count(*) FROM "{table}"').fetchone() == seen
         report.execute("COMMIT")
-    assert q.compact(ex).compacted
+    assert compacted(q, ex).compacted
     assert len(q.pop_batch(ex, 10)) == 3
 
 
 @pytest.mark.postgresql
-def test_one_process_compacts_a_queue_at_a_time(bed: Bed) -> None:
-    """Two workers that see the same growth: the second leaves it to the first, at once,
-    rather than queueing behind its lock."""
+def test_a_compaction_never_makes_the_queue_wait_behind_its_lock(bed: Bed) -> None:
+    """A reader holds a lock on the queue's tables: a rewrite that waited for its own lock
+    would queue every push behind it. Compaction takes only free tables (SKIP_LOCKED): a push
+    meanwhile is not kept waiting, and no session setting is left behind (it may run behind a
+    pooler in transaction mode, where the next client would get it)."""
     q, ex = bed.queue, bed.ex
-    key = advisory_key(f"dbqueue-compact:{q.spec.table}")
-    with psycopg.connect(bed.dsn, autocommit=True) as other:
-        other.execute("SELECT pg_advisory_lock(%s)", (key,))
-        result = q.compact(ex)
-        assert (result.compacted, result.skipped) == (False, compaction.BUSY)
-        other.execute("SELECT pg_advisory_unlock(%s)", (key,))
-    assert q.compact(ex).compacted
-    # The claim was given back: another session takes it at once.
-    with psycopg.connect(bed.dsn, autocommit=True) as other:
-        assert other.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() == (True,)
+    table = q.spec.meta_table if isinstance(q, SplitQueue) else q.spec.table
+    results: list[compaction.CompactResult] = []
+    with psycopg.connect(bed.dsn, autocommit=True) as reader:
+        reader.execute("BEGIN")
+        reader.execute(f'LOCK TABLE "{table}" IN ACCESS SHARE MODE')
+        thread = threading.Thread(
+            target=lambda: results.append(compacted(q, ex, dt.timedelta(seconds=2)))
+        )
+        thread.start()
+        with psycopg.connect(bed.dsn, autocommit=True) as pusher:
+            pusher.execute("SET lock_timeout = '1s'")  # a push queued behind a lock fails
+            q.push(executor_for(q.dialect, pusher), {"n": 1, "note": "meanwhile"})
+        reader.execute("COMMIT")
+        thread.join()
+    assert results[0].compacted  # once the reader was gone
+    assert ex.execute("SHOW lock_timeout", {}) == [("0",)]
+    assert [m.payload["note"] for m in q.pop_batch(ex, 5)] == ["meanwhile"]
 
 
 @pytest.mark.postgresql
@@ -327,7 +339,7 @@ def test_a_rings_side_table_is_compacted_with_its_slots(pg_dsn: str, table_name:
                 assert q.purge(ex, "failed") == 100
 
         fail_and_purge(CAPACITY * 2)
-        assert q.compact(ex).compacted
+        assert compacted(q, ex).compacted
         start, side_start = bed.size(), table_size(ex, spec.failed_table)
         holder = bed.hold_horizon()
         try:
@@ -338,7 +350,7 @@ def test_a_rings_side_table_is_compacted_with_its_slots(pg_dsn: str, table_name:
             assert side_grown > 4 * side_start
         finally:
             holder.close()
-        assert q.compact(ex).compacted
+        assert compacted(q, ex).compacted
         assert table_size(ex, spec.failed_table) < side_grown / 4
         assert bed.size() <= 1.2 * start
         assert q.stats(ex).failed == 10
@@ -361,30 +373,31 @@ def test_growth_waits_for_the_tables_to_double_or_to_settle(
 ) -> None:
     clock = Clock()
     monkeypatch.setattr(compaction.time, "monotonic", clock.monotonic)
-    mib = 1024 * 1024
+    unit = compaction.MIN_GROWTH  # the least growth worth a compaction
     growth = compaction.Growth()
-    assert growth.due(10 * mib)  # the first look at grown tables compacts them
-    growth.record(compaction.CompactResult(True, 10 * mib, 4 * mib))
-    assert not growth.due(6 * mib)  # growing: half its size in dead versions is not enough
+    assert growth.due(3 * unit)  # the first look at grown tables compacts them
+    growth.record(compaction.CompactResult(True, 3 * unit, unit))
+    assert not growth.due(int(1.5 * unit))  # growing: half its size is under MIN_GROWTH
+    assert not growth.due(int(1.9 * unit))  # 90% over: not yet
     clock.now += 1
-    assert growth.due(8 * mib)  # doubled: the copy costs about what it gives back
-    growth.record(compaction.CompactResult(True, 8 * mib, 4 * mib))
-    # The transaction ended at 5 MiB: 25% over, no longer growing.
-    assert not growth.due(5 * mib)
+    assert growth.due(2 * unit)  # doubled: the copy costs about what it gives back
+    growth.record(compaction.CompactResult(True, 2 * unit, 4 * unit))
+    # The transaction ended at 6 units: 50% over, no longer growing.
+    assert not growth.due(6 * unit)
     clock.now += compaction.SETTLE - 0.1
-    assert not growth.due(5 * mib)
+    assert not growth.due(6 * unit)
     clock.now += 0.2
-    assert growth.due(5 * mib)
-    growth.record(compaction.CompactResult(True, 5 * mib, 4 * mib))
+    assert growth.due(6 * unit)
+    growth.record(compaction.CompactResult(True, 6 * unit, 4 * unit))
     # 10% over and settled, or under MIN_GROWTH: left alone.
     clock.now += 60
-    assert not growth.due(int(4.4 * mib))
+    assert not growth.due(int(4.4 * unit))
     clock.now += 60
-    assert not growth.due(int(4.4 * mib))
+    assert not growth.due(int(4.4 * unit))
     small = compaction.Growth()
-    assert not small.due(100 * 1024)
+    assert not small.due(unit // 4)
     clock.now += 60
-    assert not small.due(300 * 1024)  # 200 KiB over, settled: under MIN_GROWTH
+    assert not small.due(unit)  # 3/4 of a unit over, settled: under MIN_GROWTH
 
 
 def test_a_skipped_compaction_is_tried_again_sooner_first_then_at_most_retry_max_apart(
@@ -395,16 +408,16 @@ def test_a_skipped_compaction_is_tried_again_sooner_first_then_at_most_retry_max
     at RETRY_MAX."""
     clock = Clock()
     monkeypatch.setattr(compaction.time, "monotonic", clock.monotonic)
-    mib = 1024 * 1024
+    unit = compaction.MIN_GROWTH
     growth = compaction.Growth()
-    growth.record(compaction.CompactResult(True, 4 * mib, 4 * mib))
+    growth.record(compaction.CompactResult(True, 4 * unit, 4 * unit))
     waits = []
     for _ in range(8):
         clock.now += 0.01
-        assert growth.due(9 * mib)
-        growth.record(compaction.CompactResult(False, 9 * mib, 9 * mib, skipped="held"))
+        assert growth.due(9 * unit)
+        growth.record(compaction.CompactResult(False, 9 * unit, 9 * unit, skipped="held"))
         waited = 0.0
-        while not growth.due(9 * mib):
+        while not growth.due(9 * unit):
             clock.now += 0.5
             waited += 0.5
         waits.append(waited)
@@ -440,13 +453,14 @@ def test_a_ring_of_many_slots_is_compacted_a_segment_at_a_time(
         with psycopg.connect(pg_dsn, autocommit=True) as other:
             other.execute("BEGIN")
             other.execute(f'LOCK TABLE "{s1}" IN ACCESS SHARE MODE')
-            result = q.compact(ex)
-            assert (result.compacted, result.skipped) == (False, "lock not granted in 20 ms")
+            result = unpinned(q, ex)
+            assert not result.compacted and result.skipped is not None
+            assert result.skipped.startswith(f"{s1} not rewritten: locked by other statements")
             assert files()[s0] != before[s0] and files()[s1] == before[s1]
             other.execute("COMMIT")
 
         before = files()
-        result = q.compact(ex)
+        result = compacted(q, ex)
         assert result.compacted and result.size_after <= result.size_before
         assert all(files()[name] != before[name] for name in (s0, s1))
 

@@ -1,0 +1,41 @@
+"""What the upkeep tests share: compactions tried again while another test pins the horizon."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+from dbqueue import RingQueue, SplitQueue
+from dbqueue.executor import Executor
+from dbqueue.upkeep import compaction
+
+#: How a compaction's skip begins when a transaction holds the xmin horizon.
+HELD = "a transaction holds the xmin horizon"
+
+
+def compacted(
+    queue: RingQueue | SplitQueue,
+    ex: Executor,
+    lock_timeout: dt.timedelta = compaction.LOCK_TIMEOUT,
+) -> compaction.CompactResult:
+    """``queue.compact(ex)``, tried again for a while until it compacts: a test on another
+    xdist worker may hold a transaction with an xid meanwhile, which pins the horizon of every
+    database of the server (each new snapshot's xmin is at most that xid)."""
+    deadline = time.monotonic() + 60
+    while True:
+        result = queue.compact(ex, lock_timeout=lock_timeout)
+        if result.compacted or time.monotonic() > deadline:
+            return result
+        time.sleep(0.2)
+
+
+def unpinned(queue: RingQueue | SplitQueue, ex: Executor) -> compaction.CompactResult:
+    """``queue.compact(ex)``, tried again for a while as long as it finds the horizon held (by
+    a test on another xdist worker, see :func:`compacted`)."""
+    deadline = time.monotonic() + 60
+    while True:
+        result = queue.compact(ex)
+        held = result.skipped is not None and result.skipped.startswith(HELD)
+        if not held or time.monotonic() > deadline:
+            return result
+        time.sleep(0.2)
