@@ -42,6 +42,7 @@ from dbqueue.split import SplitQueue
 from dbqueue.tracing import push_span
 from dbqueue.unique import Pushed
 from dbqueue.upkeep.compaction import LOCK_TIMEOUT, CompactResult
+from dbqueue.upkeep.rounds import UpkeepReport
 
 #: A core queue of either layout: both have the same operations.
 AnyQueue = SplitQueue | RingQueue
@@ -57,7 +58,7 @@ AT_MOST_ONCE_REFUSAL = (
 )
 #: Why ``compact()`` refuses a connection in a transaction.
 COMPACT_REFUSAL = (
-    "compact() runs VACUUM, which PostgreSQL runs only outside a transaction, but the "
+    "compact() and upkeep() run VACUUM, which PostgreSQL runs only outside a transaction, but the "
     "connection has one open: call it outside atomic() (Django), after a commit or on a "
     "fresh session (SQLAlchemy)"
 )
@@ -310,7 +311,8 @@ class FrontQueue[M](ABC):
         what is left is small, VACUUM FULL, which copies every row version some snapshot may
         still see, so that no backup, replica or report sees the queue any different. It runs
         outside any transaction (outside ``atomic()``, or on a session with none open), and
-        waits at most ``lock_timeout`` for each table's lock; a skip is in the result."""
+        never waits for a table's lock: it tries again for up to ``lock_timeout`` while other
+        statements hold one; a skip is in the result."""
         with self._outside_transaction(COMPACT_REFUSAL) as (core, ex):
             return core.compact(ex, lock_timeout=lock_timeout)
 
@@ -319,6 +321,15 @@ class FrontQueue[M](ABC):
         (what a worker does every ``CHECK_EVERY`` seconds); None if it was not due."""
         with self._outside_transaction(COMPACT_REFUSAL) as (core, ex):
             return core.compact_if_grown(ex)
+
+    def upkeep(self) -> UpkeepReport:
+        """A round of the queue's upkeep (:mod:`dbqueue.upkeep`): a split queue's heads
+        advanced, its tables compacted if a long transaction grew them. What a worker's
+        maintenance thread runs every ``CHECK_EVERY`` seconds, and the keeper for a process
+        that consumes the queue through this API (:mod:`dbqueue.upkeep.keeper`); outside any
+        transaction, like :meth:`compact`."""
+        with self._outside_transaction(COMPACT_REFUSAL) as (core, ex):
+            return core.upkeep(ex)
 
     def stats(self) -> dict[str, Any]:
         """Counts per state and ``oldest_ready_age`` (a timedelta, or None); for a ring also

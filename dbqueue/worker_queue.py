@@ -1,6 +1,6 @@
 """A queue as the worker uses it (:class:`dbqueue.worker.WorkerQueue`): its operations are the
 front layer's (:class:`~dbqueue.front.FrontQueue`), run with the worker's choices (acks and
-fails of items whose lease may have moved on are not errors, a compaction only when due).
+fails of items whose lease may have moved on are not errors, the upkeep of the queue's tables).
 
 :class:`FrontWorkerQueue` is what every adapter shares; :class:`ExecutorQueue` runs a core
 queue without a framework, each worker thread on its own executor from ``connect()``.
@@ -20,7 +20,7 @@ from dbqueue.front import AnyQueue, ExecutorFront, FrontQueue
 from dbqueue.message import RescueResult, State
 from dbqueue.schedules import Schedule
 from dbqueue.unreadable import counting_failed
-from dbqueue.upkeep.compaction import CompactResult
+from dbqueue.upkeep.rounds import UpkeepReport
 
 #: Guards the workers' threads' counts of unreadable messages (FrontWorkerQueue).
 _UNREADABLE_LOCK = threading.Lock()
@@ -83,8 +83,8 @@ class FrontWorkerQueue(ABC):
         age: dt.timedelta | None = self._front().stats()["oldest_ready_age"]
         return age
 
-    def compact(self) -> CompactResult | None:
-        return self._front().compact_if_grown()
+    def upkeep(self) -> UpkeepReport:
+        return self._front().upkeep()
 
     @property
     def table(self) -> str:

@@ -33,9 +33,10 @@ that never reached the offset log come back when their lease expires. Nothing is
 skipped; a batch is delivered twice only when its leases ran out before the restart and
 another consumer's rescue gave them back (at-least-once). Expired leases are given back by the
 queue's rescue, which the stream runs itself, at most every ``rescueSeconds``, when it plans a
-batch (as a worker does: a stream may be the queue's only consumer); so does compaction, when a
-long transaction makes the tables grow (:mod:`dbqueue.upkeep.compaction`). A queue declared with
-``keep_done`` needs ``keepDone=true``, so that acks mark items done instead of deleting them.
+batch (as a worker does: a stream may be the queue's only consumer); so does the queue's upkeep
+(:mod:`dbqueue.upkeep`: a split queue's heads, compaction of tables a long transaction grew). A
+queue declared with ``keep_done`` needs ``keepDone=true``, so that acks mark items done instead
+of deleting them.
 
 Available now: :meth:`~QueueStream.prepareForTriggerAvailableNow` fixes where the query stops,
 the items ready at its start (split: the newest id then ready, and the time; ring: the last
@@ -232,9 +233,9 @@ class QueueStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
             queue.rescue()
             self._rescued_at = now
         if self._looked_at is None or now - self._looked_at >= CHECK_EVERY:
-            # As a worker's maintenance does: a long transaction elsewhere must not make the
-            # tables of a queue that only a stream consumes grow without bound.
-            queue.compact_if_grown()
+            # As a worker's maintenance does: a long transaction elsewhere must neither slow
+            # the pops of a queue that only a stream consumes nor leave its tables grown.
+            queue.upkeep()
             self._looked_at = now
         tokens = self._lease(n)
         self._counters.leased = len(tokens)

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from dbqueue.errors import InvalidArgument
 from dbqueue.message import RescueResult, State
-from dbqueue.upkeep.compaction import CompactResult
+from dbqueue.upkeep.rounds import UpkeepReport
 
 
 class WorkerQueue(Protocol):
@@ -74,9 +74,10 @@ class WorkerQueue(Protocol):
     def oldest_ready_age(self) -> dt.timedelta | None:
         """How long the queue's oldest ready item has waited; None if none is ready."""
 
-    def compact(self) -> CompactResult | None:
-        """Compact the queue's tables if they grew (a long transaction keeps vacuum from
-        removing their dead versions; see dbqueue.upkeep.compaction); None if it was not due."""
+    def upkeep(self) -> UpkeepReport:
+        """A round of the queue's upkeep (:mod:`dbqueue.upkeep`) on the calling thread's
+        connection: a split queue's heads advanced, its tables compacted if a long transaction
+        grew them."""
 
     def disconnect(self) -> None:
         """Close this thread's connection (after a database error, and when a thread ends)."""

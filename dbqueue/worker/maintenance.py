@@ -1,6 +1,8 @@
-"""The worker's maintenance thread: rescue expired leases, compact grown tables, send the
-worker's heartbeat, log its summary, and do the chores a front adds (Django's task result
-retention). Leases are extended by a thread of their own (:mod:`dbqueue.worker.leases`)."""
+"""The worker's maintenance thread: rescue expired leases, keep the queues' tables up
+(:mod:`dbqueue.upkeep`: a split queue's heads, compaction of tables a long transaction grew),
+send the worker's heartbeat, log its summary, and do the chores a front adds (Django's task
+result retention). Leases are extended by a thread of their own
+(:mod:`dbqueue.worker.leases`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from dbqueue.outage import is_outage
-from dbqueue.upkeep.compaction import BUSY, CHECK_EVERY
+from dbqueue.upkeep.compaction import CHECK_EVERY
 from dbqueue.wakeup import quietly
 from dbqueue.worker.consumer import WorkerQueue
 from dbqueue.worker.state import WorkerBase, log
@@ -34,7 +36,7 @@ class Maintenance(WorkerBase):
     def _maintain(self) -> None:
         queues = {id(c.queue): c.queue for c in self.consumers}
         tick = max(min(self.rescue_every, CHECK_EVERY), 0.05)
-        next_rescue = next_compact = next_beat = time.monotonic()
+        next_rescue = next_upkeep = next_beat = time.monotonic()
         summary = Summary(self.stats, next_rescue)
         next_summary = next_rescue + self.summary_every
         beating = True  # the last heartbeat went through (a failure is logged once a run)
@@ -50,10 +52,10 @@ class Maintenance(WorkerBase):
                         self._rescue(queue)
                     took = time.monotonic() - now
                     next_rescue = now + rescue_interval(self.rescue_every, took)
-                if now >= next_compact and not self._stopping.is_set():
+                if now >= next_upkeep and not self._stopping.is_set():
                     for queue in queues.values():
-                        self._compact(queue)
-                    next_compact = now + CHECK_EVERY
+                        self._upkeep(queue)
+                    next_upkeep = now + CHECK_EVERY
                 if self.heartbeat is not None and now >= next_beat and not self._abandoned.is_set():
                     beating = self._beat(queues.values(), beating)
                     next_beat = now + self.heartbeat.every
@@ -139,29 +141,31 @@ class Maintenance(WorkerBase):
             # consumers now rather than at their next poll.
             self.doorbell.ring()
 
-    def _compact(self, queue: WorkerQueue) -> None:
-        result = self._guarded(queue, "compaction", queue.compact)
-        if result is None:
+    def _upkeep(self, queue: WorkerQueue) -> None:
+        report = self._guarded(queue, "upkeep", queue.upkeep)
+        if report is None or report.compaction is None:
             return
-        if result.skipped == BUSY:  # another worker is compacting it
-            return
+        result = report.compaction
         if result.compacted:
             log.info(
-                "queue %s: compacted, %s -> %s in %.0f ms (a long transaction keeps vacuum from "
-                "removing the versions messages leave behind)",
+                "queue %s: compacted, %s -> %s in %.0f ms (a long transaction had kept vacuum "
+                "from removing the versions messages leave behind)",
                 queue.name,
                 mib(result.size_before),
                 mib(result.size_after),
                 result.seconds * 1000,
             )
-        else:
-            log.warning(
-                "queue %s: grew to %s while a long transaction keeps vacuum from removing the "
-                "versions messages leave behind, and could not be compacted: %s",
-                queue.name,
-                mib(result.size_before),
-                result.skipped,
-            )
+            return
+        # Tried again every few seconds while a transaction holds the horizon: said once in
+        # a while (dbqueue.worker.quiet), not at every attempt.
+        self.quiet.warning(
+            (f"queue {queue.name}: compaction", "skipped"),
+            "queue %s: grew to %s while a long transaction keeps vacuum from removing the "
+            "versions messages leave behind; not compacted yet: %s",
+            queue.name,
+            mib(result.size_before),
+            result.skipped,
+        )
 
     def _beat(self, queues: Iterable[WorkerQueue], beating: bool, *, stopped: bool = False) -> bool:
         """Hand the worker's report to its heartbeat; whether it went through. A failure is

@@ -516,8 +516,12 @@ def test_a_bad_batch_size_is_refused(db: Setup, size: Any) -> None:
 
 @pytest.mark.postgresql
 def test_the_maintenance_thread_compacts_a_queue_a_long_transaction_grew(
-    request: pytest.FixtureRequest, table_name: str, caplog: pytest.LogCaptureFixture
+    request: pytest.FixtureRequest,
+    table_name: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(compaction, "MIN_GROWTH", 256 * 1024)  # a small queue's growth
     setup = make_setup(request, "pg", table_name, QueueOptions())
     q, ex = setup.queue, setup.ex
     with psycopg.connect(request.getfixturevalue("pg_dsn"), autocommit=True) as holder:

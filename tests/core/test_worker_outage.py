@@ -67,7 +67,7 @@ def cut(pg_dsn: str, table_name: str) -> Iterator[Cut]:
 def is_failure(record: logging.LogRecord) -> bool:
     """A line saying that a queue's operation failed: the worker knows its database is away."""
     return (
-        re.search(r"queue \S+: (compaction|rescue|lease extension) failed \(", record.getMessage())
+        re.search(r"queue \S+: (upkeep|rescue|lease extension) failed \(", record.getMessage())
         is not None
     )
 
@@ -142,7 +142,7 @@ def test_the_first_sigterm_during_an_outage_ends_the_worker(
 
 def test_a_waiting_worker_says_each_failure_once_per_quiet_for(cut: Cut, watch: Watch) -> None:
     """Without ``reconnect_for`` the worker waits for its database as long as it takes; its
-    lease thread fails four times a second, the compaction check ten times a second, the
+    lease thread fails four times a second, the upkeep round ten times a second, the
     rescue every second. Each of these causes is logged at most once per ``quiet_for``
     (shortened here from 30 s), the next line saying how many were left out."""
     quiet_for = 0.5
@@ -163,12 +163,12 @@ def test_a_waiting_worker_says_each_failure_once_per_quiet_for(cut: Cut, watch: 
 
         def compaction_said(times: int) -> Callable[[logging.LogRecord], bool]:
             def enough(_: logging.LogRecord) -> bool:
-                lines = [r for r in watch.records if "compaction failed" in r.getMessage()]
+                lines = [r for r in watch.records if "upkeep failed" in r.getMessage()]
                 return len(lines) >= times
 
             return enough
 
-        watch.wait_for("three compaction lines", compaction_said(3))
+        watch.wait_for("three upkeep lines", compaction_said(3))
         assert thread.is_alive() and not raised  # still waiting for its database
         during = list(watch.records[cut_at:])
     finally:
@@ -185,14 +185,14 @@ def test_a_waiting_worker_says_each_failure_once_per_quiet_for(cut: Cut, watch: 
     for record in failures:
         by_cause[record.dbqueue_cause].append(record)  # type: ignore[attr-defined]
     whats = {str(cause[0]).rsplit(": ", 1)[-1] for cause in by_cause}  # type: ignore[index]
-    assert {"compaction", "lease extension"} <= whats, whats
+    assert {"upkeep", "lease extension"} <= whats, whats
     for cause, records in by_cause.items():
         times = [r.created for r in records]
         gaps = [later - earlier for earlier, later in pairwise(times)]
-        # Unthrottled, the compaction's lines would come 0.1 s apart. (The records' times are
+        # Unthrottled, the upkeep's lines would come 0.1 s apart. (The records' times are
         # taken after the throttle's, on another clock, by threads a busy machine may hold
         # up: half of quiet_for as slack.)
         assert all(gap >= quiet_for / 2 for gap in gaps), (cause, gaps)
-    compaction = next(rs for c, rs in by_cause.items() if "compaction" in str(c))
+    compaction = next(rs for c, rs in by_cause.items() if "upkeep" in str(c))
     assert all(r.dbqueue_left_out > 0 for r in compaction[1:])  # type: ignore[attr-defined]
     assert compaction[-1].getMessage().endswith(" more since)")

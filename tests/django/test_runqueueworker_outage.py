@@ -40,7 +40,7 @@ def leased() -> int:
 def met_the_outage(text: str) -> bool:
     """Whether a queue's operation failed in the log ``text``: the worker knows its database
     is away (a heartbeat's failure, say, is not a queue's)."""
-    return re.search(r"queue \S+: (compaction|rescue|lease extension) failed \(", text) is not None
+    return re.search(r"queue \S+: (upkeep|rescue|lease extension) failed \(", text) is not None
 
 
 @pytest.mark.parametrize("mode", ["burst", "sigterm"])
@@ -74,6 +74,6 @@ def test_runqueueworker_ends_when_the_database_goes_away_under_its_items(
     assert text.count(said) == 2, text  # the log line, and the command's one-line error
     assert text.strip().splitlines()[-1].startswith("CommandError: queue testapp.Ping@default")
     assert "Traceback" not in text
-    for failure in ("compaction failed", "lease extension failed", "rescue failed"):
+    for failure in ("upkeep failed", "lease extension failed", "rescue failed"):
         assert text.count(failure) <= 1, text  # once per cause in 30 s
     assert leased() == 6  # neither acked nor released: their leases bring them back
