@@ -1,5 +1,6 @@
 """What the models dbqueue generates beside a user's queue model (a split queue's
-``…QueueMeta``, a ring's ``…Failed``) need to look like models a class statement wrote."""
+``…QueueMeta`` and ``…QueueHead``, a ring's ``…Failed``) need to look like models a class
+statement wrote."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Queue models: one declaration gives a queue's tables and ``Model.queue``.
 
-``QueueModel`` is a split queue (a data table and a meta table); ``RingQueueModel`` a ring queue
-(a table of ``capacity`` preallocated slots and a failed table). Both generate their companion
-model, so ``makemigrations`` writes every table into the project's own migrations.
+``QueueModel`` is a split queue (a data table, a meta table and the meta table's head table);
+``RingQueueModel`` a ring queue (a table of ``capacity`` preallocated slots and a failed
+table). Both generate their companion models, so ``makemigrations`` writes every table into
+the project's own migrations.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.utils import timezone
 
 from dbqueue.errors import InvalidArgument
 from dbqueue.message import State
-from dbqueue.spec import GROUP_META_INFIX, index_name
+from dbqueue.spec import GROUP_HEAD_INFIX, GROUP_META_INFIX, index_name
 from dbqueue.unique import UNIQUE_KEY_COLUMN, UniqueScope
 from dbqueue_django.generated import bind_to_module
 from dbqueue_django.orm import QueueManager, RingManager, push_instance
@@ -114,10 +115,41 @@ def make_meta_model(data_model: type[models.Model], group: str | None = None) ->
     return bind_to_module(type(name, (models.Model,), attrs))
 
 
+def make_head_model(data_model: type[models.Model], group: str | None = None) -> type[models.Model]:
+    """Create and register ``<Model>QueueHead``, the head table of the meta table (for
+    consumer group ``group``: ``<Model>QueueHead_<group>``, table ``<table>_head_<group>``),
+    as the core's ``dbqueue.schema.head_statement`` creates it: a row per priority, with where
+    its ready items begin in the meta table's ready index (``dbqueue.upkeep.heads``). Only the
+    core's statements read and write it; it is a model so that ``makemigrations`` writes it
+    into the user's own migrations beside the meta table."""
+    opts = data_model._meta
+    table = opts.db_table
+    head_table = f"{table}_head" if group is None else f"{table}{GROUP_HEAD_INFIX}{group}"
+    suffix = "" if group is None else f"_{group}"
+
+    class Meta:
+        apps = opts.apps  # the data model's registry, as the meta model's
+        app_label = opts.app_label
+        db_table = head_table
+        verbose_name = f"{opts.verbose_name} queue head" + ("" if group is None else f" ({group})")
+
+    attrs = {
+        "__module__": data_model.__module__,
+        "__qualname__": f"{data_model.__qualname__}QueueHead{suffix}",
+        "Meta": Meta,
+        "priority": models.SmallIntegerField(primary_key=True),
+        "run_at": models.DateTimeField(),
+        "__str__": lambda self: f"priority {self.priority} from {self.run_at}",
+    }
+    name = f"{data_model.__name__}QueueHead{suffix}"
+    return bind_to_module(type(name, (models.Model,), attrs))
+
+
 class QueueModelBase(ModelBase):
-    """Creates the meta model right after each concrete queue model, in the same app, so
-    ``makemigrations`` writes both tables into the user's own migrations; for a queue with
-    consumer groups, one meta model per group instead (``queue_group_models``)."""
+    """Creates the meta model and its head model right after each concrete queue model, in the
+    same app, so ``makemigrations`` writes every table into the user's own migrations; for a
+    queue with consumer groups, one meta model and one head model per group instead
+    (``queue_group_models``, ``queue_group_head_models``)."""
 
     def __new__(
         mcs, name: str, bases: tuple[type, ...], attrs: dict[str, Any], **kwargs: Any
@@ -127,8 +159,10 @@ class QueueModelBase(ModelBase):
         if not opts.abstract and not opts.proxy and not opts.swapped:
             groups = groups_of(cls)
             cls.queue_group_models = {g: make_meta_model(cls, g) for g in groups}
+            cls.queue_group_head_models = {g: make_head_model(cls, g) for g in groups}
             if not groups:
                 cls.queue_meta_model = make_meta_model(cls)
+                cls.queue_head_model = make_head_model(cls)
         return cls  # type: ignore[no-any-return]
 
 
@@ -169,6 +203,11 @@ class QueueModel(BaseQueueModel, metaclass=QueueModelBase):
     queue_meta_model: ClassVar[type[models.Model]]
     #: A queue with consumer groups: each group's meta model, by group (else empty).
     queue_group_models: ClassVar[dict[str, type[models.Model]]]
+    #: The head model of the meta model (``<Model>QueueHead``, table ``<table>_head``: see
+    #: :func:`make_head_model`); none for a queue with consumer groups.
+    queue_head_model: ClassVar[type[models.Model]]
+    #: A queue with consumer groups: each group's head model, by group (else empty).
+    queue_group_head_models: ClassVar[dict[str, type[models.Model]]]
 
     objects = QueueManager()
 

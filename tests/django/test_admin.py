@@ -18,7 +18,7 @@ from dbqueue_django.admin_common import list_time
 from dbqueue_django.models import QueueOverview
 from tests.django.admin_items import failed_ping as make_failed
 from tests.django.admin_users import login_superuser, staff_with
-from tests.django.testapp.models import Job, KeptJob, Ping
+from tests.django.testapp.models import FanoutJob, Job, KeptJob, Ping
 
 pytestmark = [pytest.mark.django, pytest.mark.postgresql, pytest.mark.django_db]
 
@@ -53,6 +53,15 @@ def test_every_queue_model_is_registered_without_an_admin_module() -> None:
     for model in (Job, Ping):
         assert isinstance(admin.site.get_model_admin(model), QueueModelAdmin)
     assert admin.site.is_registered(QueueOverview)
+
+
+def test_the_generated_meta_and_head_models_have_no_admin_page() -> None:
+    """They are the queue's bookkeeping, shown (the state) on its items' pages."""
+    generated = [
+        Job.queue_meta_model, Job.queue_head_model, Ping.queue_head_model,
+        *FanoutJob.queue_group_models.values(), *FanoutJob.queue_group_head_models.values(),
+    ]  # fmt: skip
+    assert not [m for m in generated if admin.site.is_registered(m)]
 
 
 def test_the_index_lists_the_queues_and_the_overview(superuser: Client) -> None:

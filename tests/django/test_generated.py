@@ -1,5 +1,5 @@
-"""The models dbqueue generates (``…QueueMeta``, ``…Failed``) import like any model, so
-Django 6's ``manage.py shell`` auto-imports them without a warning."""
+"""The models dbqueue generates (``…QueueMeta``, ``…QueueHead``, ``…Failed``) import like any
+model, so Django 6's ``manage.py shell`` auto-imports them without a warning."""
 
 from __future__ import annotations
 
@@ -27,8 +27,10 @@ def test_the_generated_models_are_bound_in_their_modules() -> None:
     from tests.django.testapp import models as testapp_models
 
     assert testapp_models.JobQueueMeta is Job.queue_meta_model
+    assert testapp_models.JobQueueHead is Job.queue_head_model
     assert testapp_models.RingJobFailed is RingJob.failed_model
     assert dbqueue_models.TaskItemQueueMeta is TaskItem.queue_meta_model
+    assert dbqueue_models.TaskItemQueueHead is TaskItem.queue_head_model
 
 
 @pytest.mark.skipif(django.VERSION < (6, 0), reason="shell auto-imports models from Django 6")

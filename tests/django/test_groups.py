@@ -1,8 +1,8 @@
 """Consumer groups (fan-out) on a Django queue model: ``QueueOptions.groups`` reaches the core
-spec, each group gets a generated meta model (``<Model>QueueMeta_<group>``) whose table is the
-core's (``dbqueue.schema.group_statements``), ``makemigrations`` writes a group added or
-removed later, and ``Model.queue.group(name)`` pops, acks, fails and retries that group's
-deliveries as model instances."""
+spec, each group gets a generated meta model (``<Model>QueueMeta_<group>``) and head model
+(``<Model>QueueHead_<group>``) whose tables are the core's (``dbqueue.schema.group_statements``),
+``makemigrations`` writes a group added or removed later, and ``Model.queue.group(name)`` pops,
+acks, fails and retries that group's deliveries as model instances."""
 
 from __future__ import annotations
 
@@ -65,6 +65,18 @@ def test_a_grouped_queue_gets_a_meta_model_per_group_and_no_shared_one() -> None
         assert "last_error" in {f.name for f in meta._meta.fields}
 
 
+def test_a_grouped_queue_gets_a_head_model_per_group_and_no_shared_one() -> None:
+    heads = FanoutJob.queue_group_head_models
+    assert list(heads) == list(GROUPS)
+    assert not hasattr(FanoutJob, "queue_head_model")
+    for group, head in heads.items():
+        assert head.__name__ == f"FanoutJobQueueHead_{group}"
+        assert apps.get_model("testapp", f"FanoutJobQueueHead_{group}") is head
+        assert head._meta.db_table == FanoutJob.queue.spec.for_group(group).head_table
+        assert head._meta.db_table == f"testapp_fanoutjob_head_{group}"
+        assert head._meta.verbose_name == f"fanout job queue head ({group})"
+
+
 @pytest.mark.parametrize("alias", ["default", "sqlite"])
 def test_a_group_meta_table_agrees_with_the_core(alias: str) -> None:
     if alias == "default":
@@ -117,7 +129,7 @@ def test_the_group_tables_get_the_core_storage_parameters() -> None:
 
 def redeclared(groups: tuple[str, ...]) -> list[ModelState]:
     """The migration states of FanoutJob declared again (in a registry of its own) with these
-    groups: its data model and its groups' meta models."""
+    groups: its data model and its groups' meta and head models."""
     registry = Apps(["tests.django.testapp"])
     attrs: dict[str, Any] = {
         "__module__": __name__,
@@ -126,7 +138,8 @@ def redeclared(groups: tuple[str, ...]) -> list[ModelState]:
         "subject": models.CharField(max_length=100),
     }
     again: Any = type("FanoutJob", (QueueModel,), attrs)
-    return [ModelState.from_model(m) for m in (again, *again.queue_group_models.values())]
+    generated = (*again.queue_group_models.values(), *again.queue_group_head_models.values())
+    return [ModelState.from_model(m) for m in (again, *generated)]
 
 
 def change(alias: str, groups: tuple[str, ...]) -> tuple[ProjectState, Migration]:
@@ -136,7 +149,7 @@ def change(alias: str, groups: tuple[str, ...]) -> tuple[ProjectState, Migration
     before = loader.project_state()
     after = before.clone()
     for name in [n for (app, n) in after.models if app == "testapp"]:
-        if name.startswith("fanoutjobqueuemeta_"):
+        if name.startswith(("fanoutjobqueuemeta_", "fanoutjobqueuehead_")):
             del after.models["testapp", name]
     for state in redeclared(groups):
         after.models["testapp", state.name_lower] = state
@@ -158,14 +171,17 @@ def test_the_test_app_migrations_are_up_to_date(alias: str) -> None:
     assert "testapp" not in changes
 
 
-def test_adding_a_group_creates_just_its_table(alias: str) -> None:
+def test_adding_a_group_creates_just_its_tables(alias: str) -> None:
     before, migration = change(alias, (*GROUPS, "audit"))
-    (create,) = migration.operations
-    assert isinstance(create, CreateModel) and create.name == "FanoutJobQueueMeta_audit"
-    assert create.options["db_table"] == "testapp_fanoutjob_meta_audit"
+    creates = {op.name: op for op in migration.operations}
+    assert set(creates) == {"FanoutJobQueueMeta_audit", "FanoutJobQueueHead_audit"}
+    assert all(isinstance(op, CreateModel) for op in creates.values())
+    assert creates["FanoutJobQueueMeta_audit"].options["db_table"] == "testapp_fanoutjob_meta_audit"
+    assert creates["FanoutJobQueueHead_audit"].options["db_table"] == "testapp_fanoutjob_head_audit"
+    added = {"testapp_fanoutjob_meta_audit", "testapp_fanoutjob_head_audit"}
     with Applied(alias, before, migration):
-        assert "testapp_fanoutjob_meta_audit" in tables(alias)
-        # The core's own tables for the grown queue: the same group table.
+        assert added <= tables(alias)
+        # The core's own tables for the grown queue: the same group tables.
         spec = FanoutJob.queue.spec
         grown = QueueSpec(
             "parity_grown", spec.fields, replace(spec.options, groups=(*GROUPS, "audit"))
@@ -175,21 +191,23 @@ def test_adding_a_group_creates_just_its_table(alias: str) -> None:
             django_table = "testapp_fanoutjob_meta_audit"
             assert columns(alias, django_table) == columns(alias, core_table)
             assert indexes(alias, django_table) == indexes(alias, core_table)
-    assert "testapp_fanoutjob_meta_audit" not in tables(alias)
+    assert not added & tables(alias)
 
 
-def test_removing_a_group_deletes_its_table(alias: str) -> None:
+def test_removing_a_group_deletes_its_tables(alias: str) -> None:
     before, migration = change(alias, ("email",))
-    *indexes_first, delete = migration.operations
-    assert isinstance(delete, DeleteModel) and delete.name == "FanoutJobQueueMeta_search"
+    deletes = [op for op in migration.operations if isinstance(op, DeleteModel)]
+    assert {op.name for op in deletes} == {"FanoutJobQueueMeta_search", "FanoutJobQueueHead_search"}
     # Django 6 drops a model's indexes before the model itself; Django 5.2 the model alone.
-    assert {(type(op), op.model_name) for op in indexes_first} <= {
+    others = [op for op in migration.operations if not isinstance(op, DeleteModel)]
+    assert {(type(op), op.model_name) for op in others} <= {
         (RemoveIndex, "fanoutjobqueuemeta_search")
     }
+    removed = {"testapp_fanoutjob_meta_search", "testapp_fanoutjob_head_search"}
     with Applied(alias, before, migration):
-        assert "testapp_fanoutjob_meta_search" not in tables(alias)
-        assert "testapp_fanoutjob_meta_email" in tables(alias)
-    assert "testapp_fanoutjob_meta_search" in tables(alias)
+        assert not removed & tables(alias)
+        assert {"testapp_fanoutjob_meta_email", "testapp_fanoutjob_head_email"} <= tables(alias)
+    assert removed <= tables(alias)
 
 
 # -- Model.queue.group ---------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""QueueModel: the generated ``<Model>QueueMeta`` model, the tables and indexes ``migrate``
-creates from the test app's migration, and the storage parameters the post_migrate hook sets."""
+"""QueueModel: the generated ``<Model>QueueMeta`` and ``<Model>QueueHead`` models, the tables
+and indexes ``migrate`` creates from the test app's migration (and drops when migrating back),
+and the storage parameters the post_migrate hook sets."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from django.db import connections, models
 from django.test.utils import isolate_apps
 
 from dbqueue.spec import index_name
-from dbqueue_django.models import QueueModel
+from dbqueue_django.models import QueueModel, TaskItem, queue_models
 from tests.django.aliases import ALIASES
-from tests.django.testapp.models import Job, Ping
+from tests.django.testapp.models import FanoutJob, Job, Ping
 
 DJANGO_DB = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
 pytestmark = pytest.mark.django
@@ -115,12 +116,19 @@ def test_an_abstract_queue_model_gets_no_meta_model_but_its_subclasses_do() -> N
 
         assert "queue_meta_model" not in vars(AbstractTask)
         assert not hasattr(AbstractTask, "queue_meta_model")
+        assert not hasattr(AbstractTask, "queue_head_model")
         assert isolated.get_model("testapp", "TaskQueueMeta") is Task.queue_meta_model
+        assert isolated.get_model("testapp", "TaskQueueHead") is Task.queue_head_model
         with pytest.raises(LookupError):
             isolated.get_model("testapp", "AbstractTaskQueueMeta")
+        with pytest.raises(LookupError):
+            isolated.get_model("testapp", "AbstractTaskQueueHead")
         assert Task.queue_meta_model._meta.db_table == "testapp_task_meta"
+        assert Task.queue_head_model._meta.db_table == "testapp_task_head"
     with pytest.raises(LookupError):
         apps.get_model("testapp", "TaskQueueMeta")
+    with pytest.raises(LookupError):
+        apps.get_model("testapp", "TaskQueueHead")
 
 
 def test_the_meta_model_joins_the_registry_of_its_data_model() -> None:
@@ -136,13 +144,62 @@ def test_the_meta_model_joins_the_registry_of_its_data_model() -> None:
                 app_label = "testapp"
                 apps = registry
 
-        leaked = apps.all_models["testapp"].get("gadgetqueuemeta")
-        assert leaked is None, "GadgetQueueMeta was registered in the global app registry"
+        for name in ("gadgetqueuemeta", "gadgetqueuehead"):
+            leaked = apps.all_models["testapp"].get(name)
+            assert leaked is None, f"{name} was registered in the global app registry"
         assert registry.get_model("testapp", "GadgetQueueMeta") is Gadget.queue_meta_model
+        assert registry.get_model("testapp", "GadgetQueueHead") is Gadget.queue_head_model
     finally:
         # Whatever happened, leave the global registry as the other tests expect it.
-        if apps.all_models["testapp"].pop("gadgetqueuemeta", None) is not None:
+        popped = [
+            apps.all_models["testapp"].pop(n, None) for n in ("gadgetqueuemeta", "gadgetqueuehead")
+        ]
+        if any(m is not None for m in popped):
             apps.clear_cache()
+
+
+# -- the generated head model ---------------------------------------------------------------
+
+
+def test_head_model_is_generated_beside_the_meta_model() -> None:
+    head = Job.queue_head_model
+    assert head._meta.label == "testapp.JobQueueHead"
+    assert head._meta.db_table == Job.queue.spec.head_table == "testapp_job_head"
+    assert apps.get_model("testapp", "JobQueueHead") is head
+    assert apps.get_model("testapp", "PingQueueHead") is Ping.queue_head_model
+    assert head._meta.verbose_name == "job queue head"
+    assert Job.queue_group_head_models == {}
+    assert TaskItem.queue_head_model._meta.db_table == "dbqueue_django_taskitem_head"
+    assert TaskItem.queue_head_model._meta.app_label == "dbqueue_django"
+
+
+def test_head_model_has_the_core_head_columns() -> None:
+    """``priority smallint NOT NULL PRIMARY KEY, run_at timestamptz NOT NULL``, as
+    ``dbqueue.schema.head_statement`` creates them: no default, no relation to the data."""
+    fields = {f.name: f for f in Job.queue_head_model._meta.get_fields()}
+    assert set(fields) == {"priority", "run_at"}
+    priority, run_at = fields["priority"], fields["run_at"]
+    assert isinstance(priority, models.SmallIntegerField) and priority.primary_key
+    assert isinstance(run_at, models.DateTimeField) and not run_at.null
+    assert not priority.has_default() and not run_at.has_default()
+    assert not priority.has_db_default() and not run_at.has_db_default()
+    assert Job.queue_head_model._meta.indexes == [] and Job.queue_head_model._meta.constraints == []
+
+
+def test_every_split_queue_has_its_head_tables() -> None:
+    """One head model per meta model: the queue's, or each consumer group's."""
+    for model in queue_models():
+        if model.queue_layout != "split":
+            continue
+        spec = model.queue.spec
+        if spec.fans_out:
+            heads = model.queue_group_head_models  # type: ignore[attr-defined]
+            assert {g: h._meta.db_table for g, h in heads.items()} == {
+                g: spec.for_group(g).head_table for g in spec.options.groups
+            }
+        else:
+            assert model.queue_head_model._meta.db_table == spec.head_table  # type: ignore[attr-defined]
+    assert set(FanoutJob.queue_group_head_models) == {"email", "search"}
 
 
 # -- the tables and indexes migrate creates -------------------------------------------------
@@ -173,6 +230,56 @@ def test_migrate_creates_both_tables_with_their_columns(alias: str) -> None:
         with connections[alias].cursor() as cursor:
             assert introspection.get_sequences(cursor, "testapp_job_meta") == []
             assert introspection.get_sequences(cursor, "testapp_job") != []
+
+
+def head_tables() -> set[str]:
+    """The head tables of every split queue of the test project (the task queue's included)."""
+    found = set()
+    for model in queue_models():
+        if model.queue_layout == "split":
+            spec = model.queue.spec
+            specs = spec.group_specs if spec.fans_out else (spec,)
+            found |= {s.head_table for s in specs}
+    return found
+
+
+@DJANGO_DB
+@pytest.mark.parametrize("alias", ALIASES)
+def test_migrate_creates_the_head_tables(alias: str) -> None:
+    heads = head_tables()
+    assert {
+        "testapp_job_head",
+        "testapp_fanoutjob_head_email",
+        "dbqueue_django_taskitem_head",
+    } <= heads
+    assert heads <= set(connections[alias].introspection.table_names())
+    head = describe(alias, "testapp_job_head")
+    assert set(head) == {"priority", "run_at"}
+    assert not head["priority"].null_ok and not head["run_at"].null_ok
+    (pk,) = [c for c in constraints(alias, "testapp_job_head").values() if c["primary_key"]]
+    assert pk["columns"] == ["priority"]
+
+
+@DJANGO_DB
+@pytest.mark.parametrize("alias", ALIASES)
+def test_migrating_back_drops_the_head_tables_and_forward_creates_them(alias: str) -> None:
+    """The migrations that added the head tables, unapplied then applied again: the meta
+    tables stay, and the queues work on the tables created again (on PostgreSQL a push of
+    another priority and the pops read and write the head table)."""
+    heads = head_tables()
+    try:
+        call_command("migrate", "testapp", "0011", database=alias, verbosity=0)
+        call_command("migrate", "dbqueue_django", "0007", database=alias, verbosity=0)
+        tables = set(connections[alias].introspection.table_names())
+        assert not heads & tables
+        assert {"testapp_job_meta", "testapp_fanoutjob_meta_email"} <= tables
+    finally:
+        call_command("migrate", database=alias, verbosity=0)
+    assert heads <= set(connections[alias].introspection.table_names())
+    queue = Ping.queue.using(alias)
+    low = queue.push(message="low", priority=-1)
+    high = queue.push(message="high", priority=2)
+    assert [m.pk for m in queue.pop_batch(5)] == [high, low]
 
 
 @DJANGO_DB
