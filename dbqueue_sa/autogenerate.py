@@ -44,7 +44,7 @@ from dbqueue_sa.alembic_ops import (
     slot_count,
     table_spec,
 )
-from dbqueue_sa.mixins import QUEUE_CLASSES, RingQueueMixin, queue_classes
+from dbqueue_sa.mixins import QUEUE_CLASSES, RingQueueMixin, own_tables, queue_classes
 from dbqueue_sa.tables import core_dialect, unique_index
 
 # -- autogenerate -----------------------------------------------------------------------------
@@ -278,6 +278,29 @@ def _leave_ring_parts(upgrade_ops: UpgradeOps) -> None:
     upgrade_ops.ops[:] = kept
 
 
+class CreateQueueTableOp(CreateTableOp):
+    """The ``create_table`` of one of a queue's tables, rendered as Alembic renders any, with
+    the modules of its dbqueue column types imported (see :func:`_import_type_modules`): a
+    script may create a queue's table without any queue operation, such as the head table
+    added to a queue made before head tables existed."""
+
+
+def _mark_queue_tables(upgrade_ops: UpgradeOps, names: set[str]) -> None:
+    """Make each ``create_table`` of a table named in ``names`` a :class:`CreateQueueTableOp`
+    (the same operation, rendered with its imports)."""
+    for i, op in enumerate(upgrade_ops.ops):
+        if type(op) is CreateTableOp and op.schema is None and op.table_name in names:
+            marked = CreateQueueTableOp.__new__(CreateQueueTableOp)
+            marked.__dict__.update(op.__dict__)
+            upgrade_ops.ops[i] = marked
+
+
+@renderers.dispatch_for(CreateQueueTableOp)
+def _render_create_table(autogen_context: AutogenContext, op: CreateQueueTableOp) -> Any:
+    _import_type_modules(autogen_context)
+    return renderers.dispatch(CreateTableOp)(autogen_context, op)
+
+
 @comparators.dispatch_for("schema", priority=DispatchPriority.LAST)
 def compare_queues(
     autogen_context: AutogenContext, upgrade_ops: UpgradeOps, schemas: set[str | None]
@@ -288,7 +311,9 @@ def compare_queues(
     slots or counters, ``alter_queue_ring`` if its slots are not its capacity,
     ``tune_queue_tables`` if its storage parameters are not set (PostgreSQL), the unique
     index dropped and created again if its ``unique_scope`` changed; before the
-    ``drop_table`` of a removed ring, ``drop_queue_ring``."""
+    ``drop_table`` of a removed ring, ``drop_queue_ring``. The ``create_table`` of a queue's
+    table (a head table added to an existing queue, say) imports its column types' modules
+    (:class:`CreateQueueTableOp`)."""
     _leave_ring_parts(upgrade_ops)
     if None in schemas:  # queue tables live in the default schema (dbqueue_sa.spec)
         created = {
@@ -296,7 +321,9 @@ def compare_queues(
             for op in upgrade_ops.ops
             if isinstance(op, CreateTableOp) and op.schema is None
         }
-        for cls in _target_classes(autogen_context):
+        classes = list(_target_classes(autogen_context))
+        _mark_queue_tables(upgrade_ops, {t.name for cls in classes for t in own_tables(cls)})
+        for cls in classes:
             upgrade_ops.ops.extend(_queue_ops(autogen_context, cls, created))
             scope_op = _unique_scope_change(autogen_context, cls, created)
             if scope_op is not None:
@@ -332,7 +359,8 @@ def _unsupported_identity(
 
 @renderers.dispatch_for(QueueOp)
 def _render(autogen_context: AutogenContext, op: QueueOp) -> str:
-    # Every script that creates a queue's tables holds one of these: it imports the modules of
-    # the tables' dbqueue column types (see _import_type_modules).
+    # A script with a queue operation may create a queue's tables: it imports the modules of
+    # the tables' dbqueue column types (see _import_type_modules; CreateQueueTableOp does it
+    # too, for a script that creates queue tables without any operation).
     _import_type_modules(autogen_context)
     return op.render()

@@ -44,6 +44,7 @@ from dbqueue_sa.tables import (
     failed_table,
     group_tables,
     guard_ddl,
+    head_table,
     meta_table,
     now,
     ring_events,
@@ -119,7 +120,8 @@ class _QueueBase:
 
 class QueueMixin(_QueueBase):
     """A split queue: the class's table holds the payload, a generated ``<table>_meta``
-    table the delivery state (see docs/explanation/design.md)."""
+    table the delivery state, and a generated ``<table>_head`` table where each priority's
+    ready items begin (see docs/explanation/design.md)."""
 
     id: Mapped[int] = mapped_column(
         sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
@@ -138,6 +140,12 @@ class QueueMixin(_QueueBase):
     #: The generated meta table of each consumer group (``<table>_meta_<group>``), by group
     #: name, set when the class is mapped; empty for a queue without groups.
     __queue_group_tables__: ClassVar[dict[str, sa.Table]] = {}
+    #: The generated head table of the meta table (``<table>_head``), set when the class is
+    #: mapped; a queue with consumer groups has none.
+    __queue_head__: ClassVar[sa.Table]
+    #: The generated head table of each consumer group's meta table (``<table>_head_<group>``),
+    #: by group name, set when the class is mapped; empty for a queue without groups.
+    __queue_group_heads__: ClassVar[dict[str, sa.Table]] = {}
 
     if TYPE_CHECKING:
         # What a popped instance carries from the meta table (plain attributes, set by
@@ -226,8 +234,12 @@ def _setup_split(cls: type[Any], mapper: Mapper[Any], table: sa.Table) -> None:
     cls.__queue_spec__ = spec
     if spec.fans_out:
         cls.__queue_group_tables__ = group_tables(spec, table)
+        cls.__queue_group_heads__ = {
+            group: head_table(spec.for_group(group), table) for group in spec.options.groups
+        }
     else:
         cls.__queue_meta__ = meta_table(spec, table)
+        cls.__queue_head__ = head_table(spec, table)
     from dbqueue_sa.queue import SAQueue
 
     cls._dbqueue_queue = SAQueue(cls)
@@ -296,12 +308,17 @@ def queue_classes(metadata: sa.MetaData | None = None) -> list[type[Any]]:
 
 
 def own_tables(cls: type[Any]) -> list[sa.Table]:
-    """The tables of a mapped queue class: its own, and those the mixin generated (meta,
-    consumer groups' meta, failed, a ring's groups' state and side tables)."""
-    generated = (cls.__dict__.get("__queue_meta__"), cls.__dict__.get("__queue_failed__"))
+    """The tables of a mapped queue class: its own, and those the mixin generated (meta and
+    head, consumer groups' meta and head, failed, a ring's groups' state and side tables)."""
+    generated = (
+        cls.__dict__.get("__queue_meta__"),
+        cls.__dict__.get("__queue_head__"),
+        cls.__dict__.get("__queue_failed__"),
+    )
     own = [
         cls.__table__,
         *cls.__dict__.get("__queue_group_tables__", {}).values(),
+        *cls.__dict__.get("__queue_group_heads__", {}).values(),
         *cls.__dict__.get("__queue_group_failed__", {}).values(),
     ]
     return own + [t for t in generated if t is not None]

@@ -3,9 +3,11 @@
 
 - split: the meta table ``<table>_meta`` with its two partial indexes (a unique queue's also
   with ``unique_key`` and its partial unique index); after ``create_all`` the PostgreSQL
-  storage parameters (``dbqueue.schema.tuning_statements``). A queue with consumer groups has
+  storage parameters (``dbqueue.schema.tuning_statements``); and its head table
+  ``<table>_head`` (``dbqueue.schema.head_statement``). A queue with consumer groups has
   instead a meta table per group, ``<table>_meta_<group>`` (with the group's ``last_error``),
-  each tuned as it is created (``dbqueue.schema.group_statements``).
+  each tuned as it is created (``dbqueue.schema.group_statements``), and a head table per
+  group, ``<table>_head_<group>``.
 - ring: the failed table ``<table>_failed``; after the slot table is created, its counters,
   storage parameters and preallocated slots (``dbqueue.schema.ring_slot_statements``), and
   after it is dropped, its counters.
@@ -279,11 +281,30 @@ def meta_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
     return meta
 
 
+def head_table(spec: QueueSpec, data: sa.Table) -> sa.Table:
+    """The head table of a split queue's meta table (``<table>_head``; for a consumer group's
+    spec, that group's, ``<table>_head_<group>``) on ``data``'s MetaData, as
+    ``dbqueue.schema.head_statement`` creates it: a row per priority, with where its ready
+    items begin in the meta table's ready index (:mod:`dbqueue.upkeep.heads`). Created empty;
+    only the core's statements write it."""
+    what = "head" if spec.group is None else f"consumer group {spec.group!r} head"
+    refuse_taken(data.metadata, spec.head_table, spec.table, what)
+    head = sa.Table(
+        spec.head_table,
+        data.metadata,
+        sa.Column("priority", sa.SmallInteger(), primary_key=True, autoincrement=False),
+        sa.Column("run_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    dialect_types(head)
+    return head
+
+
 def group_tables(spec: QueueSpec, data: sa.Table) -> dict[str, sa.Table]:
     """A queue with consumer groups: each group's meta table ``<table>_meta_<group>`` (by
     group name) on ``data``'s MetaData, as ``dbqueue.schema.group_statements`` creates it,
     and the data table's storage parameters set after it is created (it has no
-    ``<table>_meta`` whose creation would set them)."""
+    ``<table>_meta`` whose creation would set them). Each group's head table is
+    :func:`head_table`'s, made apart."""
     tables = {group: meta_table(spec.for_group(group), data) for group in spec.options.groups}
     data_tuning = _run(lambda d: set_statements(storage_parameters(spec, d)[-1:], d))
     sa.event.listen(data, "after_create", data_tuning)

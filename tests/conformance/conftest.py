@@ -5,14 +5,14 @@ asyncio; asyncpg too on PostgreSQL)} x {PostgreSQL, SQLite} x {split queue, ring
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 import pytest
 import sqlalchemy as sa
 
 from dbqueue import get_dialect
-from dbqueue.schema import drop_ring_statements
+from dbqueue.schema import drop_ring_statements, drop_statements
 from tests.conformance.fronts import (
     AsyncpgSAFront,
     AsyncSAFront,
@@ -117,11 +117,9 @@ def _core_front(
     front = CoreFront(backend, conn, table, kept=kept, layout=layout)
     yield front
     if backend == "postgresql":
-        if layout == "ring":
-            for statement in drop_ring_statements(front.spec, get_dialect(backend)):
-                conn.execute(statement)
-        else:
-            conn.execute(f'DROP TABLE "{front.data_table}", "{front.meta_table}"')
+        drop = drop_ring_statements if layout == "ring" else drop_statements
+        for statement in drop(front.spec, get_dialect(backend)):
+            conn.execute(statement)
     conn.close()
 
 
@@ -137,13 +135,13 @@ def _sa_front(
     database (their names are fixed, so created and dropped around each test), on SQLite in the
     test's file (in WAL mode, as the core's connections set it, so readers do not block the
     writer)."""
+    from dbqueue_sa.mixins import own_tables
     from tests.sqlalchemy.conftest import sync_url
 
     url = sync_url(backend, request)
     model = sa_model(kept=kept, layout=layout)
     metadata = model.metadata
-    side = model.__queue_failed__ if layout == "ring" else model.__queue_meta__
-    tables = [cast(sa.Table, model.__table__), side]
+    tables = own_tables(model)  # data and meta and head, or slots and failed
     engine = sa.create_engine(url)
     if backend == "sqlite":
         with engine.connect() as conn:

@@ -95,3 +95,27 @@ def test_a_ring_with_consumer_groups_is_found_with_its_groups() -> None:
         "ticks", "ticks_failed", "ticks_ring_audit", "ticks_ring_email", "ticks_ring_lonely",
         "ticks_side_audit", "ticks_side_email",
     ]  # fmt: skip
+
+
+#: A head table's columns (dbqueue.schema.head_statement).
+HEAD_COLUMNS = ["priority", "run_at"]
+
+
+def test_head_tables_are_no_queues_and_change_nothing() -> None:
+    """A split queue's head table (``<table>_head``, a group's ``<table>_head_<group>``) is
+    neither a queue nor a consumer group, and a queue is found the same beside it."""
+    columns = {
+        **SPLIT_TABLES,
+        "jobs_head": HEAD_COLUMNS,
+        "orders": [*SPLIT_BASE_COLUMNS, "n"],
+        "orders_meta_email": list(GROUP_META_COLUMNS),
+        "orders_head_email": HEAD_COLUMNS,
+    }
+    assert candidates(columns) == ["jobs", "orders"]
+    assert [layout_of(t, columns) for t in columns] == [SPLIT, None, None, SPLIT, None, None]
+    assert groups_of("orders", columns) == ("email",)
+    assert groups_of("jobs", columns) == ()
+    assert "orders_head_email" not in related_tables("orders", columns)
+    # A queue whose groups' meta tables are gone is not found by its head tables.
+    del columns["orders_meta_email"]
+    assert layout_of("orders", columns) is None

@@ -13,7 +13,12 @@ from sqlalchemy.orm import Session
 
 from dbqueue.message import State
 from dbqueue.ring import RingQueue
-from dbqueue.schema import create_ring_statements, create_statements, drop_ring_statements
+from dbqueue.schema import (
+    create_ring_statements,
+    create_statements,
+    drop_ring_statements,
+    drop_statements,
+)
 from dbqueue.spec import Field, FieldKind, QueueOptions, QueueSpec
 from dbqueue.split import SplitQueue
 from dbqueue_sa.discovery import FoundQueue, declared, discover
@@ -75,9 +80,7 @@ def core_queues(engine: sa.Engine) -> Iterator[tuple[QueueSpec, QueueSpec]]:
             connection.exec_driver_sql(statement)
     yield split, ring
     with engine.begin() as connection:
-        connection.exec_driver_sql('DROP TABLE IF EXISTS "core_split_meta"')
-        connection.exec_driver_sql('DROP TABLE IF EXISTS "core_split"')
-        for statement in drop_ring_statements(ring, dialect):
+        for statement in drop_statements(split, dialect) + drop_ring_statements(ring, dialect):
             connection.exec_driver_sql(statement)
 
 
@@ -92,9 +95,15 @@ def test_queues_the_core_created_are_found(
         # A naive SQLite datetime column is taken as the aware one it holds.
         assert queue.spec.fields[1].kind is FieldKind.DATETIME
     assert found["core_ring"].spec.options.capacity == 5
+    # A split queue's head table is neither a queue nor a part of one the CLI lists.
+    assert not {name for name in found if name.endswith("_head")}
     with engine.connect() as connection:
         assert isinstance(found["core_split"].core(connection), SplitQueue)
         assert isinstance(found["core_ring"].core(connection), RingQueue)
+        # The found queue's statements reach its head table (PostgreSQL's pops read it).
+        core, ex = found["core_split"].core(connection), SAExecutor(connection)
+        core.push(ex, {"body": "x", "due": None}, priority=2)
+        assert [m.payload["body"] for m in core.pop_batch(ex, 5)] == ["x"]
 
 
 @pytest.fixture

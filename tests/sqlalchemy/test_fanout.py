@@ -62,6 +62,18 @@ def test_the_groups_reach_the_spec_and_each_has_a_table() -> None:
     }
 
 
+def test_each_group_has_a_head_table_and_the_queue_none() -> None:
+    heads = Order.__queue_group_heads__
+    assert {g: t.name for g, t in heads.items()} == {
+        "email": "sa_order_head_email",
+        "search": "sa_order_head_search",
+    }
+    assert all(FanoutBase.metadata.tables[t.name] is t for t in heads.values())
+    assert all(list(t.c.keys()) == ["priority", "run_at"] for t in heads.values())
+    assert "sa_order_head" not in FanoutBase.metadata.tables
+    assert not hasattr(Order, "__queue_head__")
+
+
 def test_a_group_table_whose_name_is_taken_is_refused() -> None:
     class Base(DeclarativeBase):
         pass
@@ -78,7 +90,8 @@ def test_a_group_table_whose_name_is_taken_is_refused() -> None:
 def test_create_all_creates_a_table_per_group(fanout_engine: sa.Engine) -> None:
     names = set(sa.inspect(fanout_engine).get_table_names())
     assert {"sa_order", "sa_order_meta_email", "sa_order_meta_search"} <= names
-    assert "sa_order_meta" not in names
+    assert {"sa_order_head_email", "sa_order_head_search"} <= names
+    assert "sa_order_meta" not in names and "sa_order_head" not in names
 
 
 # -- the queue and its groups ---------------------------------------------------------------

@@ -1,7 +1,8 @@
 """What Alembic's autogenerate writes for consumer groups, through its real commands on real
-PostgreSQL and SQLite: a new grouped queue gets its data table and each group's table, then
-``tune_queue_tables`` with its groups; a group added later gets its table and
-``tune_queue_group`` only; a group removed is dropped; each downgrade undoes its upgrade."""
+PostgreSQL and SQLite: a new grouped queue gets its data table and each group's meta and head
+tables, then ``tune_queue_tables`` with its groups; a group added later gets its two tables and
+``tune_queue_group`` only; a group removed has its two tables dropped; each downgrade undoes
+its upgrade."""
 
 from __future__ import annotations
 
@@ -54,16 +55,21 @@ def tables(engine: sa.Engine) -> set[str]:
     return {t for t in sa.inspect(engine).get_table_names() if t.startswith(TABLE)}
 
 
+def group_tables(*groups: str) -> set[str]:
+    """The tables of these consumer groups of Order: each one's meta and head table."""
+    return {f"{TABLE}_{kind}_{group}" for group in groups for kind in ("meta", "head")}
+
+
 def test_groups_are_created_added_and_removed(cfg: Config, db: sa.Engine) -> None:
     upgrade, downgrade = autogenerate(cfg, "0001")
-    for table in (TABLE, f"{TABLE}_meta_email", f"{TABLE}_meta_search"):
+    for table in (TABLE, *group_tables(*GROUPS)):
         assert f"op.create_table('{table}'" in upgrade
         assert f"op.drop_table('{table}')" in downgrade
-    assert f"'{TABLE}_meta'" not in upgrade
+    assert f"'{TABLE}_meta'" not in upgrade and f"'{TABLE}_head'" not in upgrade
     assert f"op.tune_queue_tables('{TABLE}', groups=('email', 'search'))" in upgrade
     assert f"op.untune_queue_tables('{TABLE}', groups=('email', 'search'))" in downgrade
     command.upgrade(cfg, "head")
-    assert tables(db) == {TABLE, f"{TABLE}_meta_email", f"{TABLE}_meta_search"}
+    assert tables(db) == {TABLE, *group_tables(*GROUPS)}
     with Session(db) as session:
         TwoGroups.queue.push(session, order_id=1)
         session.commit()
@@ -73,31 +79,39 @@ def test_groups_are_created_added_and_removed(cfg: Config, db: sa.Engine) -> Non
 
     cfg.attributes["metadata"] = ThreeBase.metadata
     upgrade, downgrade = autogenerate(cfg, "0002")
-    assert ops_of(upgrade) == [
-        "op.create_table", "op.create_index", "op.create_index", "op.tune_queue_group",
+    assert sorted(ops_of(upgrade)) == [
+        "op.create_index", "op.create_index", "op.create_table", "op.create_table",
+        "op.tune_queue_group",
     ]  # fmt: skip
+    assert ops_of(upgrade)[-1] == "op.tune_queue_group"
     assert f"op.create_table('{TABLE}_meta_audit'" in upgrade
+    assert f"op.create_table('{TABLE}_head_audit'" in upgrade
     assert f"op.tune_queue_group('{TABLE}', 'audit')" in upgrade
     assert ops_of(downgrade)[0] == "op.untune_queue_group"
+    assert f"op.drop_table('{TABLE}_head_audit')" in downgrade
     assert ops_of(downgrade)[-1] == "op.drop_table"
     command.upgrade(cfg, "head")
-    assert f"{TABLE}_meta_audit" in tables(db)
+    assert group_tables("audit") <= tables(db)
     with Session(db) as session:
-        ThreeGroups.queue.push(session, order_id=2)
+        ThreeGroups.queue.push(session, order_id=2, priority=3)
         session.commit()
         assert ThreeGroups.queue.group("audit").count(session) == 1
+        (popped,) = ThreeGroups.queue.group("audit").pop_batch(session)
+        assert popped.order_id == 2
+        session.commit()
     command.check(cfg)
 
     cfg.attributes["metadata"] = OneBase.metadata
     upgrade, downgrade = autogenerate(cfg, "0003")
-    assert f"op.drop_table('{TABLE}_meta_search')" in upgrade
-    assert f"op.drop_table('{TABLE}_meta_audit')" in upgrade
+    for table in group_tables("search", "audit"):
+        assert f"op.drop_table('{table}')" in upgrade
     assert f"op.create_table('{TABLE}_meta_search'" in downgrade
+    assert f"op.create_table('{TABLE}_head_search'" in downgrade
     command.upgrade(cfg, "head")
-    assert tables(db) == {TABLE, f"{TABLE}_meta_email"}
+    assert tables(db) == {TABLE, *group_tables("email")}
     command.check(cfg)
 
     command.downgrade(cfg, "0001")
-    assert tables(db) == {TABLE, f"{TABLE}_meta_email", f"{TABLE}_meta_search"}
+    assert tables(db) == {TABLE, *group_tables(*GROUPS)}
     command.downgrade(cfg, "base")
     assert tables(db) == set()

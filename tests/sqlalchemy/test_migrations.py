@@ -1,8 +1,9 @@
 """Alembic, through its real commands on real PostgreSQL and SQLite: autogenerate against an
 empty database writes the tables and the queue operations, the upgrade gives working queues
 (slots, counters, storage parameters), a second autogenerate finds nothing, the downgrade
-leaves nothing behind; a capacity change, a removed ring and tables created before the
-operations existed are migrated too; ``--sql`` writes the operations' SQL."""
+leaves nothing behind; a capacity change, a removed ring, tables created before the
+operations existed and a split queue created before its head table existed are migrated too;
+``--sql`` writes the operations' SQL."""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ class HugeTick(RingQueueMixin, Segmented):
 def job_tables() -> sa.MetaData:
     """A metadata holding the tests' split queue only (copies of its tables)."""
     metadata = sa.MetaData()
-    for table in (Job.__table__, Job.__queue_meta__):
+    for table in (Job.__table__, Job.__queue_meta__, Job.__queue_head__):
         table.to_metadata(metadata)
     return metadata
 
@@ -249,7 +250,7 @@ def ops_of(body: str) -> list[str]:
 
 def test_autogenerate_writes_the_tables_then_the_queue_operations(cfg: Config) -> None:
     upgrade, downgrade = autogenerate(cfg, "0001")
-    for table in ("sa_job", "sa_job_meta", "sa_tick", "sa_tick_failed"):
+    for table in ("sa_job", "sa_job_meta", "sa_job_head", "sa_tick", "sa_tick_failed"):
         assert f"op.create_table('{table}'" in upgrade
         assert f"op.drop_table('{table}')" in downgrade
     last_table = upgrade.rindex("op.create_table(")
@@ -384,7 +385,7 @@ def test_a_ring_of_many_slots_keeps_them_in_segments(cfg: Config, db: sa.Engine)
     command.check(cfg)
     assert slots(db) == SEGMENT_SLOTS + 1
     assert sorted(sa.inspect(db).get_table_names()) == [
-        "alembic_version", "sa_job", "sa_job_meta", "sa_tick", "sa_tick_failed",
+        "alembic_version", "sa_job", "sa_job_head", "sa_job_meta", "sa_tick", "sa_tick_failed",
         "sa_tick_s0", "sa_tick_s1",
     ]  # fmt: skip
     for segment in ("sa_tick_s0", "sa_tick_s1"):
@@ -452,6 +453,40 @@ def test_existing_queue_tables_get_their_slots_and_storage_parameters(
     command.downgrade(cfg, "base")
     assert slots(db) == 0
     assert counters(db) == set()
+    assert sa.inspect(db).has_table("sa_job_meta")
+
+
+@pytest.mark.parametrize("env_py", [ENV_PY, BARE_ENV_PY], ids=["hooks", "bare"])
+def test_a_split_queue_without_its_head_table_gets_it(
+    tmp_path: Path, url: str, db: sa.Engine, backend: str, env_py: str
+) -> None:
+    """A project upgrading from a dbqueue without head tables: autogenerate writes the head
+    table's ``create_table`` alone (the queue's other tables are as they were), the script
+    runs without dbqueue's env.py hooks too (it imports the module of the head table's
+    SQLite timestamp type), the queue works on it, and the next autogenerate finds nothing."""
+    cfg = environment(tmp_path, url, env_py)
+    Base.metadata.create_all(db)
+    Job.__queue_head__.drop(db)
+    upgrade, downgrade = autogenerate(cfg, "0001")
+    assert ops_of(upgrade) == ["op.create_table"]
+    assert "op.create_table('sa_job_head'" in upgrade
+    assert (
+        "sa.Column('priority', sa.SmallInteger(), autoincrement=False, nullable=False)" in upgrade
+    )
+    assert "sa.PrimaryKeyConstraint('priority')" in upgrade
+    assert ops_of(downgrade) == ["op.drop_table"] and "'sa_job_head'" in downgrade
+    script = next((tmp_path / "migrations" / "versions").glob("0001_*.py")).read_text()
+    assert "import dbqueue_sa.tables" in script
+    command.upgrade(cfg, "head")
+    assert sa.inspect(db).has_table("sa_job_head")
+    with Session(db) as session, session.begin():
+        low = Job.queue.push(session, name="low", n=1, priority=-1)
+        high = Job.queue.push(session, name="high", n=2, priority=5)
+    with Session(db) as session, session.begin():
+        assert [j.id for j in Job.queue.pop_batch(session, 10)] == [high, low]
+    command.check(cfg)
+    command.downgrade(cfg, "base")
+    assert not sa.inspect(db).has_table("sa_job_head")
     assert sa.inspect(db).has_table("sa_job_meta")
 
 

@@ -25,6 +25,7 @@ from sqlalchemy.orm import (
 
 from dbqueue.errors import InvalidSpec
 from dbqueue_sa import QueueMixin, RingQueueMixin, RingSAQueue, SAQueue, queue_classes
+from dbqueue_sa.mixins import own_tables
 from tests.sqlalchemy.models import Base, Job, Tick
 
 pytestmark = pytest.mark.sqlalchemy
@@ -73,6 +74,29 @@ def test_the_split_mixin_adds_its_columns_and_the_meta_table() -> None:
     table = Job.__table__
     assert isinstance(table, sa.Table)
     assert table.dialect_options["sqlite"]["autoincrement"] is True
+
+
+def test_the_split_mixin_adds_the_head_table() -> None:
+    head = Job.__queue_head__
+    assert Base.metadata.tables["sa_job_head"] is head
+    assert list(head.c.keys()) == ["priority", "run_at"]
+    assert [c.name for c in head.primary_key] == ["priority"]
+    assert head.c.priority.autoincrement is False
+    assert isinstance(head.c.priority.type, sa.SmallInteger)
+    assert isinstance(head.c.run_at.type, sa.DateTime) and head.c.run_at.type.timezone
+    assert not head.c.run_at.nullable and head.c.run_at.server_default is None
+    assert not head.indexes and Job.__queue_group_heads__ == {}
+    assert head in own_tables(Job)
+
+
+def test_a_head_table_whose_name_is_taken_is_refused() -> None:
+    base = fresh_base()
+    sa.Table("q_taken_head", base.metadata, sa.Column("id", sa.Integer, primary_key=True))
+    with pytest.raises(InvalidSpec, match="its head table is named 'q_taken_head'"):
+
+        class Taken(QueueMixin, base):  # type: ignore[valid-type, misc]
+            __tablename__ = "q_taken"
+            note: Mapped[str] = mapped_column(sa.Text())
 
 
 def test_the_ring_mixin_adds_the_failed_table() -> None:
@@ -128,7 +152,7 @@ def test_two_metadata_with_the_same_table_name() -> None:
         code: Mapped[int]
 
     assert queue_classes(first.metadata) == [One] and queue_classes(second.metadata) == [Two]
-    assert set(first.metadata.tables) == {"twin", "twin_meta"}
+    assert set(first.metadata.tables) == {"twin", "twin_meta", "twin_head"}
     assert set(second.metadata.tables) == {"twin", "twin_failed"}
     assert One.__queue_spec__.field_names == ("name",)
     assert Two.__queue_spec__.field_names == ("code",)
@@ -157,7 +181,7 @@ def test_registry_mapped(url: str) -> None:
         __tablename__ = "mix_decorated"
         name: Mapped[str]
 
-    assert set(reg.metadata.tables) == {"mix_decorated", "mix_decorated_meta"}
+    assert set(reg.metadata.tables) == {"mix_decorated", "mix_decorated_meta", "mix_decorated_head"}
     round_trip(Decorated, url)
 
 

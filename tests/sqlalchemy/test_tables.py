@@ -1,8 +1,8 @@
 """``metadata.create_all()`` / ``drop_all()`` of the queue classes, on real PostgreSQL and SQLite:
 the same tables as the core's DDL (``dbqueue.schema``, created beside them under another
-name), the partial indexes, SQLite's AUTOINCREMENT, the ring's preallocated slots and
-counters, PostgreSQL's storage parameters; drop_all leaves no counter behind; create_all
-twice changes nothing.
+name), the split queue's head table, the partial indexes, SQLite's AUTOINCREMENT, the ring's
+preallocated slots and counters, PostgreSQL's storage parameters; drop_all leaves no counter
+behind; create_all twice changes nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dbqueue.schema import (
     create_ring_statements,
     create_statements,
     drop_ring_statements,
+    drop_statements,
 )
 from dbqueue.spec import QueueSpec
 from dbqueue_sa import QueueMixin
@@ -48,9 +49,7 @@ def twin(engine: sa.Engine, spec: QueueSpec) -> Iterator[QueueSpec]:
         for statement in create(core, dialect):
             conn.exec_driver_sql(statement)
     yield core
-    drop = drop_ring_statements(core, dialect) if ring else [
-        f"DROP TABLE IF EXISTS {t}" for t in (core.meta_table, core.table)
-    ]  # fmt: skip
+    drop = drop_ring_statements(core, dialect) if ring else drop_statements(core, dialect)
     with engine.begin() as conn:
         for statement in drop:
             conn.exec_driver_sql(statement)
@@ -131,9 +130,32 @@ def table_names(engine: sa.Engine) -> set[str]:
 
 def test_split_tables_match_the_core_ddl(engine: sa.Engine, core_job: QueueSpec) -> None:
     spec = Job.__queue_spec__
-    for ours, theirs in ((spec.table, core_job.table), (spec.meta_table, core_job.meta_table)):
+    for ours, theirs in (
+        (spec.table, core_job.table),
+        (spec.meta_table, core_job.meta_table),
+        (spec.head_table, core_job.head_table),
+    ):
         assert columns(engine, ours) == columns(engine, theirs), ours
         assert indexes(engine, spec, ours) == indexes(engine, core_job, theirs), ours
+
+
+def test_create_all_makes_the_head_table(engine: sa.Engine) -> None:
+    """``<table>_head``: ``priority`` smallint, its key (no identity, no default), ``run_at``
+    an aware timestamp; both NOT NULL. Empty."""
+    head = Job.__queue_head__
+    assert head.name == Job.__queue_spec__.head_table == "sa_job_head"
+    assert Base.metadata.tables["sa_job_head"] is head
+    found = columns(engine, head.name)
+    if engine.dialect.name == "sqlite":
+        assert found == {"priority": ("INTEGER", 1, None, 1), "run_at": ("NUMERIC", 1, None, 0)}
+        (sql,) = execute(engine, "SELECT sql FROM sqlite_master WHERE name = 'sa_job_head'")[0]
+        assert "run_at DATETIME NOT NULL" in sql
+    else:
+        assert found == {
+            "priority": ("smallint", None, 16, 0, "NO", None, "NO"),
+            "run_at": ("timestamp with time zone", None, None, None, "NO", None, "NO"),
+        }
+    assert execute(engine, "SELECT count(*) FROM sa_job_head") == [(0,)]
 
 
 def test_the_meta_table_has_the_two_partial_indexes(engine: sa.Engine) -> None:
@@ -273,7 +295,9 @@ def test_the_ring_is_created_with_its_slots_and_counters(
 def test_drop_all_removes_the_counters(engine: sa.Engine) -> None:
     spec = Tick.__queue_spec__
     Base.metadata.drop_all(engine)
-    assert not table_names(engine) & {"sa_job", "sa_job_meta", "sa_tick", "sa_tick_failed"}
+    assert not table_names(engine) & {
+        "sa_job", "sa_job_meta", "sa_job_head", "sa_tick", "sa_tick_failed",
+    }  # fmt: skip
     assert counters(engine, spec) == []
     if engine.dialect.name == "postgresql":
         left = execute(
