@@ -25,7 +25,13 @@ from dbqueue.message import State
 from dbqueue.spec import QueueSpec
 from dbqueue_django.models import QueueModel
 from dbqueue_django.queue import DjangoGroupQueue
-from tests.django.test_parity import columns, core_copy, indexes, numeric_defaults
+from tests.django.test_parity import (
+    assert_heads_agree,
+    columns,
+    core_copy,
+    indexes,
+    numeric_defaults,
+)
 from tests.django.test_unique_migrations import Applied
 from tests.django.testapp.models import FanoutJob
 
@@ -81,7 +87,7 @@ def test_a_grouped_queue_gets_a_head_model_per_group_and_no_shared_one() -> None
 def test_a_group_meta_table_agrees_with_the_core(alias: str) -> None:
     if alias == "default":
         pytest.importorskip("psycopg")
-    with core_copy_grouped(alias, FanoutJob.queue.spec, "parity_fanout") as core:
+    with core_copy(alias, FanoutJob.queue.spec, "parity_fanout") as core:
         assert columns(alias, "testapp_fanoutjob") == columns(alias, core.table)
         for group in GROUPS:
             django_table = FanoutJob.queue.spec.for_group(group).meta_table
@@ -92,24 +98,8 @@ def test_a_group_meta_table_agrees_with_the_core(alias: str) -> None:
             assert columns(alias, django_table) == columns(alias, core_table)
             assert numeric_defaults(alias, django_table) == numeric_defaults(alias, core_table)
             assert indexes(alias, django_table) == indexes(alias, core_table)
-
-
-class core_copy_grouped:  # noqa: N801 - used as a context manager, like core_copy
-    """:func:`tests.django.test_parity.core_copy` for a queue with groups: its tables are the
-    data table and one meta table per group, dropped at the end."""
-
-    def __init__(self, alias: str, source: QueueSpec, table: str) -> None:
-        self.alias, self.inner = alias, core_copy(alias, source, table)
-
-    def __enter__(self) -> QueueSpec:
-        self.spec = self.inner.__enter__()
-        return self.spec
-
-    def __exit__(self, *exc: object) -> None:
-        with connections[self.alias].cursor() as cursor:
-            for table in self.spec.group_meta_tables:
-                cursor.execute(f'DROP TABLE IF EXISTS "{table}"')
-        self.inner.__exit__(None, None, None)
+            django_head = FanoutJob.queue.spec.for_group(group).head_table
+            assert_heads_agree(alias, django_head, core.for_group(group).head_table)
 
 
 @pytest.mark.postgresql
@@ -186,11 +176,13 @@ def test_adding_a_group_creates_just_its_tables(alias: str) -> None:
         grown = QueueSpec(
             "parity_grown", spec.fields, replace(spec.options, groups=(*GROUPS, "audit"))
         )
-        with core_copy_grouped(alias, grown, "parity_grown") as core:
+        with core_copy(alias, grown, "parity_grown") as core:
             core_table = core.for_group("audit").meta_table
             django_table = "testapp_fanoutjob_meta_audit"
             assert columns(alias, django_table) == columns(alias, core_table)
             assert indexes(alias, django_table) == indexes(alias, core_table)
+            head = core.for_group("audit").head_table
+            assert_heads_agree(alias, "testapp_fanoutjob_head_audit", head)
     assert not added & tables(alias)
 
 

@@ -1,9 +1,10 @@
 """The Django migration and the core DDL describe the same tables.
 
 The core's tables for ``Job``'s spec are created under another name (``parity_job``) next to
-the migrated ``testapp_job`` / ``testapp_job_meta``, and the two are compared as the database
-reports them: columns, nullability, normalised types, defaults and the partial indexes. The
-same for the unique queues of each scope (their key column and partial unique index).
+the migrated ``testapp_job`` / ``testapp_job_meta`` / ``testapp_job_head``, and the two are
+compared as the database reports them: columns, nullability, normalised types, defaults, the
+partial indexes and the head table's key. The same for the unique queues of each scope (their
+key column and partial unique index).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from dbqueue.schema import create_statements
+from dbqueue.schema import create_statements, drop_statements
 from dbqueue.spec import QueueOptions, QueueSpec
 from dbqueue_django.executor import dialect_for
 from dbqueue_django.models import QueueModel
@@ -30,6 +31,8 @@ DJANGO_TABLE, CORE_TABLE = "testapp_job", "parity_job"
 #: The purposes of a split queue's meta indexes (see `indexes`), and a unique queue's.
 META_INDEXES = frozenset({"pk", "ready", "leased"})
 UNIQUE_META_INDEXES = META_INDEXES | {"unique"}
+#: A head table's only index: its primary key.
+HEAD_INDEXES = frozenset({"pk"})
 
 
 @contextmanager
@@ -42,8 +45,9 @@ def core_copy(alias: str, source: QueueSpec, table: str) -> Iterator[QueueSpec]:
             cursor.execute(statement)
     yield spec
     with connection.cursor() as cursor:
-        cursor.execute(f'DROP TABLE IF EXISTS "{spec.meta_table}"')
-        cursor.execute(f'DROP TABLE IF EXISTS "{spec.table}"')
+        # Every table create_statements made: the meta and head tables (each group's), the data.
+        for statement in drop_statements(spec, dialect_for(connection)):
+            cursor.execute(statement)
 
 
 @pytest.fixture
@@ -214,6 +218,35 @@ def test_no_other_indexes_on_the_data_tables(alias: str, core_tables: QueueSpec)
         assert query(alias, f'PRAGMA index_list("{CORE_TABLE}")') == []
 
 
+def assert_heads_agree(alias: str, django_table: str, core_table: str) -> None:
+    """A head table as Django's migration and the core's DDL made it: ``priority`` smallint,
+    its primary key, and ``run_at`` an aware timestamp, both NOT NULL and without default."""
+    django = columns(alias, django_table)
+    assert django == columns(alias, core_table)
+    if alias == "default":
+        assert django == {
+            "priority": (False, ("smallint", None, 16, 0), False, False),
+            "run_at": (False, ("timestamp with time zone", None, None, None), False, False),
+        }
+        key = ("CREATE UNIQUE INDEX <index> ON public.<table> USING btree (priority)",)
+    else:
+        assert django == {
+            "priority": (False, "smallint", True, False),
+            "run_at": (False, "datetime", False, False),
+        }
+        key = (True, [("priority", False)], None)
+    found = indexes(alias, django_table, HEAD_INDEXES)
+    assert found == indexes(alias, core_table, HEAD_INDEXES)
+    assert found["pk"] == key
+
+
+@DJANGO_DB
+@pytest.mark.parametrize("alias", ALIASES)
+def test_head_tables_agree(alias: str, core_tables: QueueSpec) -> None:
+    assert Job.queue.spec.head_table == Job.queue_head_model._meta.db_table == "testapp_job_head"
+    assert_heads_agree(alias, "testapp_job_head", core_tables.head_table)
+
+
 # -- unique queues -------------------------------------------------------------------------
 
 UNIQUE_MODELS = pytest.mark.parametrize(
@@ -233,6 +266,7 @@ def test_unique_tables_agree(alias: str, model: type[QueueModel]) -> None:
         assert columns(alias, table) == columns(alias, core.table)
         django = indexes(alias, f"{table}_meta", UNIQUE_META_INDEXES)
         assert django == indexes(alias, core.meta_table, UNIQUE_META_INDEXES)
+        assert_heads_agree(alias, f"{table}_head", core.head_table)
 
 
 @DJANGO_DB

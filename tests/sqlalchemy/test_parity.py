@@ -7,12 +7,13 @@ the same queue.
 and to the core's DDL for the SQLAlchemy classes' own specs (``sa_core_job``, ``sa_core_tick``).
 The three are compared as the database reports them, with the Django parity tests' helpers:
 columns (nullability, normalised type, key, has a default), numeric defaults, the meta table's
-partial indexes, the key's sequence, the ring's slots and counters, the failed tables and
-PostgreSQL's storage parameters. A class with a column of every kind SQLAlchemy can declare
-(``Kinds``) is compared with the core's DDL for its spec the same way, and so are the unique
-queues of each scope (``tests.sqlalchemy.unique_jobs``) with their Django twins. A queue
-with consumer groups (``tests.sqlalchemy.fanout_jobs.Order``) is compared with the core's DDL
-for its spec: its data table and each group's meta table.
+partial indexes, the head table (columns and key), the key's sequence, the ring's slots and
+counters, the failed tables and PostgreSQL's storage parameters. A class with a column of
+every kind SQLAlchemy can declare (``Kinds``) is compared with the core's DDL for its spec the
+same way, and so are the unique queues of each scope (``tests.sqlalchemy.unique_jobs``) with
+their Django twins. A queue with consumer groups (``tests.sqlalchemy.fanout_jobs.Order``) is
+compared with the core's DDL for its spec: its data table and each group's meta table, and
+each group's head table with Django's FanoutJob's too.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from dbqueue.schema import (
     create_ring_statements,
     create_statements,
     drop_ring_statements,
+    drop_statements,
     schedule_statements,
 )
 from dbqueue.spec import QueueSpec
@@ -43,7 +45,13 @@ from dbqueue_sa import JSONB, QueueMixin, schedule_table
 from dbqueue_sa.tables import core_dialect
 from tests.conformance.spec import JOB_FIELDS, JOB_OPTIONS
 from tests.django.aliases import ALIASES
-from tests.django.test_parity import UNIQUE_META_INDEXES, indexes, numeric_defaults, query
+from tests.django.test_parity import (
+    HEAD_INDEXES,
+    UNIQUE_META_INDEXES,
+    indexes,
+    numeric_defaults,
+    query,
+)
 from tests.django.test_parity import columns as django_columns
 from tests.django.test_ring_parity import counter, slot_shape
 from tests.django.testapp import models as django_models
@@ -147,8 +155,7 @@ def core_ddl(engine: sa.Engine, *specs: QueueSpec) -> Iterator[None]:
     for spec in specs:
         if spec.options.capacity is None:
             create += create_statements(spec, dialect)
-            tables = (*spec.group_meta_tables, spec.meta_table, spec.table)
-            drop += [f'DROP TABLE IF EXISTS "{t}"' for t in tables]
+            drop += drop_statements(spec, dialect)
         else:
             create += create_ring_statements(spec, dialect)
             drop += drop_ring_statements(spec, dialect)
@@ -176,7 +183,10 @@ def tables(engine: sa.Engine) -> Iterator[None]:
         dataclasses.replace(model.__queue_spec__, table=names[2])
         for model, names in ((Job, JOB), (Tick, TICK))
     ]
-    ours = [Job.__table__, Job.__queue_meta__, Tick.__table__, Tick.__queue_failed__]
+    ours = [
+        Job.__table__, Job.__queue_meta__, Job.__queue_head__,
+        Tick.__table__, Tick.__queue_failed__,
+    ]  # fmt: skip
     with created(engine, Base.metadata, ours), core_ddl(engine, *renamed):
         yield
 
@@ -230,6 +240,30 @@ def test_the_meta_tables_agree(alias: str) -> None:
 @pytest.mark.usefixtures("tables")
 def test_the_partial_indexes_agree(alias: str) -> None:
     assert set(same(indexes, alias, suffixed(JOB, "_meta"))) == {"pk", "ready", "leased"}
+
+
+@pytest.mark.usefixtures("tables")
+def test_the_head_tables_agree(alias: str) -> None:
+    """``priority`` smallint, the key, and ``run_at`` an aware timestamp, both NOT NULL and
+    without default: create_all's, Django's migration's and the core DDL's."""
+    head = suffixed(JOB, "_head")
+    assert_heads(alias, head)
+
+
+def assert_heads(alias: str, names: tuple[str, ...]) -> None:
+    """The head tables ``names`` agree (columns, their only index: the key) and are what the
+    core's DDL says."""
+    found = same(columns, alias, names)
+    assert set(found) == {"priority", "run_at"}
+    assert [name for name, (nullable, *_) in found.items() if nullable] == []
+    assert [name for name, (*_, default) in found.items() if default] == []
+    assert set(same(head_indexes, alias, names)) == HEAD_INDEXES
+    shapes = same(constraint_shapes, alias, names)
+    assert [cols for cols, primary_key, _unique in shapes if primary_key] == [["priority"]]
+
+
+def head_indexes(alias: str, table: str) -> dict[str, tuple[Any, ...]]:
+    return indexes(alias, table, HEAD_INDEXES)
 
 
 @pytest.mark.usefixtures("tables")
@@ -315,12 +349,13 @@ def test_the_unique_queues_agree(
     assert spec_of(model).options == spec_of(UNIQUE_TWINS[model]).options
     names = (model.__tablename__, django_table, f"sa_core_{model.__tablename__}")
     core = dataclasses.replace(spec_of(model), table=names[2])
-    ours = [model.__table__, model.__queue_meta__]
+    ours = [model.__table__, model.__queue_meta__, model.__queue_head__]
     with created(engine, UniqueBase.metadata, ours), core_ddl(engine, core):
         same(columns, alias, names)
         assert "unique_key" in same(columns, alias, suffixed(names, "_meta"))
         found = same(unique_indexes, alias, suffixed(names, "_meta"))
         assert set(found) == UNIQUE_META_INDEXES
+        assert_heads(alias, suffixed(names, "_head"))
 
 
 def unique_indexes(alias: str, table: str) -> dict[str, tuple[Any, ...]]:
@@ -332,11 +367,16 @@ def unique_indexes(alias: str, table: str) -> dict[str, tuple[Any, ...]]:
 
 def test_a_grouped_queue_matches_the_core_ddl(alias: str, engine: sa.Engine) -> None:
     """The data table and each group's meta table (with its own ``last_error``, partial
-    indexes and, on PostgreSQL, storage parameters) as create_all and the core's DDL make
-    them; no ``<table>_meta``."""
+    indexes and, on PostgreSQL, storage parameters) and head table as create_all and the
+    core's DDL make them, and as Django's migration makes FanoutJob's; no ``<table>_meta``,
+    no ``<table>_head``."""
     names = (Order.__tablename__, f"sa_core_{Order.__tablename__}")
     core = dataclasses.replace(spec_of(Order), table=names[1])
-    ours = [Order.__table__, *Order.__queue_group_tables__.values()]
+    ours = [
+        Order.__table__,
+        *Order.__queue_group_tables__.values(),
+        *Order.__queue_group_heads__.values(),
+    ]
     with created(engine, FanoutBase.metadata, ours), core_ddl(engine, core):
         same(columns, alias, names)
         for group in GROUPS:
@@ -349,10 +389,14 @@ def test_a_grouped_queue_matches_the_core_ddl(alias: str, engine: sa.Engine) -> 
             assert set(same(indexes, alias, group_names)) == {"pk", "ready", "leased"}
             if alias == "default":
                 assert "fillfactor=80" in same(reloptions, alias, group_names)
+            assert_heads(
+                alias, (*suffixed(names, f"_head_{group}"), f"testapp_fanoutjob_head_{group}")
+            )
         if alias == "default":
             data = same(reloptions, alias, names)
             assert "autovacuum_vacuum_insert_scale_factor=0.05" in data
         assert not sa.inspect(engine).has_table(f"{names[0]}_meta")
+        assert not sa.inspect(engine).has_table(f"{names[0]}_head")
 
 
 def test_a_grouped_ring_matches_the_core_ddl(alias: str, engine: sa.Engine) -> None:
@@ -387,7 +431,7 @@ def test_a_grouped_ring_matches_the_core_ddl(alias: str, engine: sa.Engine) -> N
 
 def test_every_kind_matches_the_core_ddl(alias: str, engine: sa.Engine) -> None:
     core = dataclasses.replace(spec_of(Kinds), table=KINDS[1])
-    ours = [Kinds.__table__, Kinds.__queue_meta__]
+    ours = [Kinds.__table__, Kinds.__queue_meta__, Kinds.__queue_head__]
     with created(engine, KindsBase.metadata, ours), core_ddl(engine, core):
         found = same(columns, alias, KINDS)
         assert set(found) == {"id", "enqueued_at", "last_error", *core.field_names}
