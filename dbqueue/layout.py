@@ -38,6 +38,7 @@ from dbqueue.sql import Statement
 from dbqueue.statements import Statements
 from dbqueue.unreadable import failed_for_good
 from dbqueue.upkeep import compaction
+from dbqueue.upkeep.keeper import touch
 from dbqueue.upkeep.rounds import Upkeep, UpkeepReport
 
 RESCUE_ERROR = "lease expired: the worker holding it died, or overran its lease"
@@ -267,9 +268,13 @@ class Layout(Statements):
         lease: dt.timedelta | None = None,
     ) -> list[Message]:
         """Take up to ``n`` items in the layout's delivery order (split: priority, then run_at,
-        then id; ring: push order) in the given :class:`~dbqueue.message.DeliveryMode`."""
+        then id; ring: push order) in the given :class:`~dbqueue.message.DeliveryMode`.
+
+        The queue's upkeep rounds then run in the background of this process unless another
+        thread runs them (a worker's): see :mod:`dbqueue.upkeep.keeper`."""
         check_count("pop_batch", n)
         lease = self._lease(lease)
+        touch(self, ex)
         if DeliveryMode.parse(mode) is DeliveryMode.AT_LEAST_ONCE:
             params = {"n": n, "lease": lease, **self._clock(lease_until=lease)}
             return self._take(ex, "pop_leased", n, params)[1]
@@ -293,6 +298,7 @@ class Layout(Statements):
         """
         check_count("ack_pop", n)
         lease = self._lease(lease)
+        touch(self, ex)
         tokens = fenced(items, "ack_pop")
         if not tokens:
             return 0, self.pop_batch(ex, n, lease=lease)

@@ -1,4 +1,5 @@
-"""App configuration: system checks, post-migrate table tuning and ring upkeep."""
+"""App configuration: system checks, post-migrate table tuning and ring upkeep, the keeper's
+setting."""
 
 from __future__ import annotations
 
@@ -26,6 +27,19 @@ class DBQueueConfig(AppConfig):
         pre_migrate.connect(note_rings, weak=False, dispatch_uid="dbqueue_django.note_rings")
         post_migrate.connect(restore_rings, weak=False, dispatch_uid="dbqueue_django.rings")
         self._register_admin()
+        self._keeper()
+
+    @staticmethod
+    def _keeper() -> None:
+        """``DBQUEUE_KEEPER = False`` turns off the keeper of the queues this process pops
+        through ``Model.queue`` (:mod:`dbqueue.upkeep.keeper`): their upkeep is then left to
+        a worker, or to the project calling ``Model.queue.upkeep()``."""
+        from django.conf import settings
+
+        from dbqueue.upkeep import keeper
+
+        if getattr(settings, "DBQUEUE_KEEPER", True) is False:
+            keeper.disable()
 
     def _register_admin(self) -> None:
         """Every queue model in the admin, the task results and the periodic schedules, unless

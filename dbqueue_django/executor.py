@@ -115,5 +115,13 @@ class DjangoExecutor:
     def in_transaction(self) -> bool:
         return not self.connection.get_autocommit() or self.connection.in_atomic_block
 
+    def upkeep_connector(self) -> Any:
+        """Where the keeper of this process connects to this alias's database for its upkeep
+        rounds (:mod:`dbqueue.upkeep.keeper`): the parameters of the connection Django has
+        open (PostgreSQL; None elsewhere)."""
+        driver = _DRIVERS.get(self.connection)
+        connector = getattr(driver[1] if driver else None, "upkeep_connector", None)
+        return None if connector is None else connector()
+
     def atomic(self) -> AbstractContextManager[object]:
         return transaction.atomic(using=self.alias)

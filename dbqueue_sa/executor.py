@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.util.concurrency import await_only, in_greenlet
 
 from dbqueue.dialects.base import Dialect
-from dbqueue.drivers.psycopg import fetch_rows
+from dbqueue.drivers.psycopg import connector_of, fetch_rows
 from dbqueue.executor import Row, is_missing_table, missing_table
 from dbqueue_sa.psycopg_async import CORE_ROWS, rows_of
 from dbqueue_sa.tables import core_dialect_of
@@ -102,6 +102,15 @@ class SAExecutor:
 
     def in_transaction(self) -> bool:
         return not self._commits
+
+    def upkeep_connector(self) -> Any:
+        """Where the keeper of this process connects to this database for its upkeep rounds
+        (:mod:`dbqueue.upkeep.keeper`): the parameters of the psycopg connection the session
+        holds, sync or asyncio (None for any other driver)."""
+        raw: Any = self.connection.connection.driver_connection
+        if isinstance(raw, psycopg.Connection | psycopg.AsyncConnection):
+            return connector_of(raw)
+        return None
 
     def atomic(self) -> AbstractContextManager[object]:
         """A savepoint in the connection's transaction (the transaction itself when this

@@ -13,7 +13,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from dbqueue.upkeep import keeper
 from tests.pg import server_dsn, worker_id
+
+# The keeper of API consumers (dbqueue.upkeep.keeper) would advance heads and compact tables in
+# the background of every test that pops: tests/core/upkeep/test_keeper.py turns it on for its
+# own (subprocesses, such as the workers the acceptance tests start, keep theirs).
+keeper.disable()
 
 #: What ``--solo`` selects: the tests marked ``solo`` measure storage on a machine doing
 #: nothing else, so scripts/run_tests.py runs them alone after the parallel run.

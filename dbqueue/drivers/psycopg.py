@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
 from psycopg import pq
+from psycopg.conninfo import make_conninfo
 
 from dbqueue.dialects import PostgreSQL, get_dialect
 from dbqueue.dialects.base import Dialect
@@ -63,10 +64,36 @@ class PsycopgExecutor:
         """Close the connection (a worker thread's, when it ends or after a database error)."""
         self.connection.close()
 
+    def upkeep_connector(self) -> tuple[str, Callable[[], PsycopgExecutor]]:
+        """Where the keeper of this process opens its own connection to this database
+        (:mod:`dbqueue.upkeep.keeper`): see :func:`connector_of`."""
+        return connector_of(self.connection)
+
     def atomic(self) -> AbstractContextManager[object]:
         return self.connection.transaction()
 
 
+def connector_of(
+    connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+) -> tuple[str, Callable[[], PsycopgExecutor]]:
+    """A key naming the database ``connection`` is to (its parameters, without the
+    password), and how to open a new autocommit connection to it with the same parameters, as
+    an executor: what the keeper of API consumers runs queues' upkeep rounds on
+    (:mod:`dbqueue.upkeep.keeper`), named ``dbqueue keeper`` in ``pg_stat_activity``."""
+    info = connection.info
+    key = make_conninfo(**info.get_parameters())  # every parameter set, but the password
+    password = info.password
+
+    def connect() -> PsycopgExecutor:
+        secret = {"password": password} if password else {}
+        conninfo = make_conninfo(key, application_name=KEEPER_NAME, **secret)
+        return PsycopgExecutor(psycopg.connect(conninfo, autocommit=True))
+
+    return key, connect
+
+
+#: How the keeper's connections are named (``application_name``).
+KEEPER_NAME = "dbqueue keeper"
 _POSTGRESQL = get_dialect(PostgreSQL.name)
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 

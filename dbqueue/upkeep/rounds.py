@@ -48,14 +48,19 @@ class Upkeep:
         self.heads = Heads() if keeps and split else None
         self._next_heads = 0.0
         self._lock = threading.Lock()
+        #: When a round last ran (monotonic), and whether the keeper ran it.
+        self.last_run, self.last_by_keeper = -float("inf"), False
 
-    def run(self, ex: Executor) -> UpkeepReport:
-        """A round on ``ex``, a connection with no transaction open (see the module)."""
+    def run(self, ex: Executor, *, keeper: bool = False) -> UpkeepReport:
+        """A round on ``ex``, a connection with no transaction open (see the module);
+        ``keeper``: run by the keeper of API consumers (:mod:`dbqueue.upkeep.keeper`), which
+        leaves a queue to anyone else who runs its rounds."""
         report = UpkeepReport()
         if not self.queue.dialect.keeps_dead_versions or not self._lock.acquire(blocking=False):
             return report
         try:
-            now = time.monotonic()
+            now = self.last_run = time.monotonic()
+            self.last_by_keeper = keeper
             if self.heads is not None and now >= self._next_heads:
                 self._next_heads = now + HEADS_EVERY
                 report.heads = self.heads.step(self.queue, ex)
@@ -63,3 +68,8 @@ class Upkeep:
         finally:
             self._lock.release()
         return report
+
+    def run_elsewhere(self, within: float) -> bool:
+        """Whether someone other than the keeper (a worker's maintenance thread) ran a round in
+        the last ``within`` seconds."""
+        return not self.last_by_keeper and time.monotonic() - self.last_run < within
