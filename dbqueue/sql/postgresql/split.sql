@@ -35,12 +35,12 @@ d AS (
 -- already have passed that time, gives up): a default run_at is never behind a head.
 band AS (
     INSERT INTO {heads} (priority, run_at)
-    SELECT %(priority)s, '-infinity'::timestamptz
-    WHERE %(priority)s <> 0 OR %(run_at)s::timestamptz < {_clock}
+    SELECT %(priority)s::smallint, '-infinity'::timestamptz
+    WHERE %(priority)s::smallint <> 0 OR %(run_at)s::timestamptz < {_clock}
     ON CONFLICT (priority) DO NOTHING
 ), lowered AS (
     UPDATE {heads} AS h SET run_at = LEAST(h.run_at, %(run_at)s::timestamptz)
-    WHERE h.priority = %(priority)s AND %(run_at)s::timestamptz < {_clock}
+    WHERE h.priority = %(priority)s::smallint AND %(run_at)s::timestamptz < {_clock}
 )
 
 -- split_push --
@@ -405,7 +405,7 @@ WITH moved AS (
     WHERE id = ANY(%(ids)b::bigint[])
     RETURNING id, state, run_at
 ), low AS (
-    SELECT %(priority)s AS priority, min(run_at) AS run_at FROM moved
+    SELECT %(priority)s::smallint AS priority, min(run_at) AS run_at FROM moved
     WHERE state = {state_ready}
     HAVING count(*) > 0
 ), {_lowered}

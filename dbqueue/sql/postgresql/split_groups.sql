@@ -14,12 +14,12 @@
 -- does to group {i}'s head table {g_head} (split.sql's _pushed_head).
 , band{i} AS (
     INSERT INTO {g_head} (priority, run_at)
-    SELECT %(priority)s, '-infinity'::timestamptz
-    WHERE %(priority)s <> 0 OR %(run_at)s::timestamptz < {_clock}
+    SELECT %(priority)s::smallint, '-infinity'::timestamptz
+    WHERE %(priority)s::smallint <> 0 OR %(run_at)s::timestamptz < {_clock}
     ON CONFLICT (priority) DO NOTHING
 ), lowered{i} AS (
     UPDATE {g_head} AS h SET run_at = LEAST(h.run_at, %(run_at)s::timestamptz)
-    WHERE h.priority = %(priority)s AND %(run_at)s::timestamptz < {_clock}
+    WHERE h.priority = %(priority)s::smallint AND %(run_at)s::timestamptz < {_clock}
 )
 
 -- _fanned_out --
