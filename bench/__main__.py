@@ -40,6 +40,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--longtx-seconds", type=float, default=300.0, help="long-transaction hold (seconds)"
     )
     p.add_argument(
+        "--longtx-holder",
+        choices=("snapshot", "xid"),
+        default="snapshot",
+        help="what holds the horizon: a REPEATABLE READ snapshot on another table, or a "
+        "session idle in transaction after a write (an xid)",
+    )
+    p.add_argument(
         "--no-longtx-max",
         action="store_true",
         help="run the long-transaction workload at 1,000 msg/s only, not also at the highest "
@@ -116,6 +123,7 @@ def main(argv: list[str]) -> int:
     wanted = [w for w in args.workloads.split(",") if w] if args.workloads else default
     env = bench_env.start(args.quick, args.sync_commit == "on", args.scale)
     env.longtx_seconds = args.longtx_seconds
+    env.longtx_holder = args.longtx_holder
     env.longtx_max = not args.no_longtx_max
     env.longtx_rates = args.longtx_rates
     env.notes += args.note

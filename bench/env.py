@@ -37,6 +37,10 @@ class BenchEnv:
     repeat: int = 3
     process_repeat: int = 3
     longtx_seconds: float = 300.0
+    #: --longtx-holder: what holds the xmin horizon in the long-transaction workload: a
+    #: REPEATABLE READ snapshot on another table ("snapshot"), or a session idle in
+    #: transaction after a write to another table ("xid"; bench.longtx).
+    longtx_holder: str = "snapshot"
     #: The long-transaction workload also runs at the highest rate each system sustains
     #: (bench.longtx); --no-longtx-max leaves that out.
     longtx_max: bool = True

@@ -1,6 +1,7 @@
 """The long-transaction workload: a queue at a steady offered rate, without and then with a
-REPEATABLE READ transaction held open on an unrelated table (it pins the xmin horizon: vacuum
-cannot remove what queues delete), then a minute more without it.
+transaction held open that pins the xmin horizon (vacuum cannot remove what queues delete): a
+REPEATABLE READ snapshot on an unrelated table, or (``--longtx-holder xid``) a session idle in
+transaction after a write; then a minute more without it.
 
 One queue runs through the three phases, so the size "before" the hold is the working size
 the queue reached at that rate, as in production, and the size after the recovery minute is
@@ -51,6 +52,8 @@ SUSTAINED = 0.97
 PROBE_P99 = 0.1
 #: Every payload of the run: 300 characters (bench.systems.base.stamped).
 MESSAGE_BYTES = 300
+#: What a message's row takes besides its payload, about (headers, ids, times, states).
+ROW_BYTES = 100
 SAMPLE_EVERY = 2.0
 
 
@@ -103,7 +106,7 @@ def _run_at(
         if must_keep_up and none.served < SUSTAINED * none.offered:
             return [], False
         start = timeline.size_now()
-        holder = TransactionHolder(system.dsn)
+        holder = TransactionHolder(system.dsn, xid=env.longtx_holder == "xid")
         timeline.mark("hold_start")
         held = _phase(env, system, rate, held_s, timeline)
         end = timeline.size_now()
@@ -123,7 +126,12 @@ def _run_at(
         **{f"recovery_{k}": v for k, v in _compactions(recovery.run).items()},
     }  # fmt: skip
     if start is not None and end is not None and after is not None and passed:
-        extra["growth_per_message_byte"] = round(max(0, end - start) / (passed * MESSAGE_BYTES), 3)
+        grown = max(0, end - start) / passed
+        extra["growth_per_message_byte"] = round(grown / MESSAGE_BYTES, 3)
+        # The issue's bound: what a message leaves behind under the hold, at most 3x its own
+        # bytes (its payload and about 100 bytes of row).
+        extra["bytes_per_message"] = round(grown)
+        extra["vs_message_bytes"] = f"{grown / (MESSAGE_BYTES + ROW_BYTES):.2f}x"
         extra["after_recovery_vs_before"] = f"{after / start:.2f}x"
         # The size at the hold's start is one sample of a size that rises and falls (vacuum,
         # compactions): 40 KiB just after a compaction, 300 KiB a second later. The median
@@ -281,14 +289,22 @@ def _kib(size: int | None) -> int | None:
 
 
 class TransactionHolder:
-    """A REPEATABLE READ transaction that has taken its snapshot and stays open."""
+    """A transaction that holds the xmin horizon and stays open: a REPEATABLE READ one that
+    has taken its snapshot (a report, a pg_dump), or (``xid``) a session idle in transaction
+    after a write to a table of its own, which holds the horizon of every database of the
+    server (each new snapshot's xmin is at most its xid)."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, xid: bool = False) -> None:
         # autocommit, so that our own BEGIN opens the transaction (psycopg would open one
         # itself otherwise, and the isolation level would not apply)
         self.conn = psycopg.connect(dsn, autocommit=True)
-        self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        self.conn.execute("SELECT count(*) FROM pg_class")  # takes the snapshot
+        if xid:
+            self.conn.execute("CREATE TABLE IF NOT EXISTS bench_longtx_holder (x integer)")
+            self.conn.execute("BEGIN")
+            self.conn.execute("INSERT INTO bench_longtx_holder VALUES (1)")
+        else:
+            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            self.conn.execute("SELECT count(*) FROM pg_class")  # takes the snapshot
 
     def release(self) -> None:
         self.conn.execute("ROLLBACK")

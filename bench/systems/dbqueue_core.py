@@ -12,7 +12,6 @@ from bench.systems.base import IDLE_SLEEP, PAYLOAD, System, Tally
 from dbqueue import Field, FieldKind, QueueSpec, RingQueue, SplitQueue, get_dialect
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.schema import create_statements
-from dbqueue.upkeep.compaction import CHECK_EVERY
 
 SPEC = QueueSpec("bench_split", (Field("payload", FieldKind.TEXT),))
 POSTGRESQL = get_dialect("postgresql")
@@ -81,17 +80,12 @@ class CoreSystem(System):
         self.queue.push(self.ex, {"payload": payload})
 
     def serve(self, batch: int, seconds: float, handle: Callable[[str], None]) -> Tally:
-        """Pop, handle and ack, and every ``CHECK_EVERY`` compact the tables if they grew, as the
-        worker's maintenance thread does (dbqueue.compaction)."""
+        """Pop, handle and ack, through the API alone: the queue's upkeep (heads, compaction
+        after a long transaction) is the keeper's, in the background of this process
+        (dbqueue.upkeep.keeper), as for any consumer of the application's own."""
         tally, q, ex = Tally(), self.queue, self.ex
         deadline = time.perf_counter() + seconds
-        next_compact = time.perf_counter()
-        while (now := time.perf_counter()) < deadline:
-            if now >= next_compact:
-                result = q.compact_if_grown(ex)
-                if result is not None and result.compacted:
-                    tally.compactions.append(result.seconds)
-                next_compact = now + CHECK_EVERY
+        while time.perf_counter() < deadline:
             items = q.pop_batch(ex, batch)
             if not items:
                 time.sleep(IDLE_SLEEP)
@@ -109,7 +103,7 @@ class DBQueueCore(CoreSystem):
     workloads = frozenset(
         {"push_single", "push_batch", "drain", "cycle", "pairs", "steady", "bloat", "longtx"}
     )
-    tables = (SPEC.table, SPEC.meta_table)
+    tables = (SPEC.table, SPEC.meta_table, SPEC.head_table)
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
@@ -123,7 +117,7 @@ class DBQueueCore(CoreSystem):
         self.run(create_statements(SPEC, POSTGRESQL))
 
     def reset(self) -> None:
-        self.ex.execute(f"TRUNCATE {SPEC.table}, {SPEC.meta_table}", {})
+        self.ex.execute(f"TRUNCATE {SPEC.table}, {SPEC.meta_table}, {SPEC.head_table}", {})
 
 
 class AckPopLoop(CoreSystem):

@@ -38,7 +38,7 @@ class DBQueueDjango(System):
     workloads = frozenset(
         {"push_single", "push_batch", "drain", "cycle", "pairs", "steady", "bloat", "longtx"}
     )
-    tables = ("benchapp_benchjob", "benchapp_benchjob_meta")
+    tables = ("benchapp_benchjob", "benchapp_benchjob_meta", "benchapp_benchjob_head")
     database = DJANGO_DATABASE
 
     def __init__(self, dsn: str, alias: str | None = None) -> None:

@@ -49,9 +49,9 @@ class DBQueueSA(System):
     name = "dbqueue-sa"
     label = "dbqueue split queue, SQLAlchemy Session"
     workloads = frozenset(
-        {"push_single", "push_batch", "drain", "cycle", "pairs", "steady", "bloat"}
+        {"push_single", "push_batch", "drain", "cycle", "pairs", "steady", "bloat", "longtx"}
     )
-    tables = ("bench_sa_job", "bench_sa_job_meta")
+    tables = ("bench_sa_job", "bench_sa_job_meta", "bench_sa_job_head")
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn)
