@@ -1,7 +1,8 @@
 """The chaos run (``make chaos``, ``python -m bench.chaos``): producers and workers on a split
 queue and a ring, on a throwaway PostgreSQL cluster, while the run kills workers (SIGKILL),
 restarts the server (``pg_ctl restart -m immediate``), stops a worker past its lease
-(SIGSTOP) and holds a long transaction; then a total-queue check over every push that
+(SIGSTOP), holds a long transaction and makes REPEATABLE READ every new session's default
+for a while; then a total-queue check over every push that
 returned: nothing lost, nothing unexpected, duplicates within the leases that expired, none
 through transactional pops.
 

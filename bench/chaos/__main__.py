@@ -3,8 +3,12 @@
 For M minutes, on a cluster of its own: two producers and two workers per queue (a split
 queue and a ring), and a transactional consumer of a third queue with its producer, while
 the run, every few seconds, kills a worker with SIGKILL (and starts another), restarts the
-server with ``pg_ctl restart -m immediate``, stops a worker with SIGSTOP past its lease, or
-holds a REPEATABLE READ transaction for a while. Then the producers stop, the queues drain,
+server with ``pg_ctl restart -m immediate``, stops a worker with SIGSTOP past its lease,
+holds a REPEATABLE READ transaction for a while, or makes REPEATABLE READ the database's
+default isolation level for ``RR_SECONDS`` and ends every session (each process reconnects
+at that level: its pops, acks, pushes, rescues, the upkeep of its worker or keeper, and the
+transactional consumer's transactions; sessions opened meanwhile keep it after the reset).
+Then the producers stop, the queues drain,
 the workers stop, and :mod:`bench.chaos.check` judges every queue. It prints a table, writes
 ``chaos.md`` and ``chaos.json`` to the output folder, and exits 1 if a check failed.
 """
@@ -36,10 +40,13 @@ from dbqueue.schema import create_ring_statements, create_statements
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYOUTS = ("split", "ring")
-FAULTS = ("kill", "restart", "stop", "long_tx")
+FAULTS = ("kill", "restart", "stop", "long_tx", "repeatable_read")
 #: One round of faults, dealt in a shuffled order: kills the most (the common crash), and
 #: every kind in every round, so a 10-minute run has its 30 kills and 5 restarts for sure.
-ROUND = ("kill", "kill", "kill", "stop", "long_tx", "restart")
+ROUND = ("kill", "kill", "kill", "stop", "long_tx", "restart", "repeatable_read")
+#: Seconds the database's default isolation level stays REPEATABLE READ after a
+#: ``repeatable_read`` fault (other faults go on meanwhile: kills, restarts...).
+RR_SECONDS = 20.0
 DRAIN_PATIENCE = 180.0
 
 
@@ -52,6 +59,8 @@ class Run:
         self.counts = dict.fromkeys(FAULTS, 0)
         self.rng = random.Random(16)
         self._dealt: list[str] = []
+        #: When the REPEATABLE READ default is to be reset (monotonic), if it is set.
+        self._rr_until: float | None = None
 
     def start(self, name: str, role: str, layout: str, *extra: str) -> None:
         log = self.logs / f"{name}.log"
@@ -83,10 +92,21 @@ class Run:
             proc.send_signal(signal.SIGSTOP)
             time.sleep(actors.LEASE.total_seconds() + 1.0)  # past its lease
             proc.send_signal(signal.SIGCONT)
+        elif fault == "repeatable_read":
+            self.cluster.default_isolation("repeatable read")
+            self.cluster.end_sessions()
+            self._rr_until = time.monotonic() + RR_SECONDS
         else:
             _hold_a_snapshot(self.cluster.dsn, seconds=5.0)
         self.counts[fault] += 1
         return fault
+
+    def reset_isolation(self, *, now: bool = False) -> None:
+        """Give the database its default isolation level back once ``RR_SECONDS`` have
+        passed since the last ``repeatable_read`` fault (``now``: at once, if it is set)."""
+        if self._rr_until is not None and (now or time.monotonic() >= self._rr_until):
+            self.cluster.default_isolation(None)
+            self._rr_until = None
 
     def stop(self, names: list[str]) -> None:
         """Stop processes: each by its stop file; workers by SIGTERM too (a producer must not
@@ -173,8 +193,10 @@ def run(minutes: float, out: Path) -> int:
         faults: list[str] = []
         while time.monotonic() < deadline:
             time.sleep(r.rng.uniform(2.0, 5.0))
+            r.reset_isolation()
             faults.append(r.fault())
             print(f"{time.monotonic() - deadline + minutes * 60:6.1f} s  {faults[-1]}", flush=True)
+        r.reset_isolation(now=True)
         r.stop([n for n in r.procs if n.startswith("producer")])
         drained = _wait_drained(cluster.dsn)
         r.stop([n for n in r.procs if not n.startswith("producer")])
@@ -201,9 +223,11 @@ def run(minutes: float, out: Path) -> int:
 def _judge(r: Run, logs: Path, dsn: str) -> list[Verdict]:
     # A worker's handled-but-unacked items come back when its lease expires: a killed worker
     # held up to two batches (the one in hand, the one handled and not acked yet), a stopped
-    # worker one, and a restart may cost every worker of a queue both.
+    # worker one, and a restart may cost every worker of a queue both; so may the sessions
+    # a repeatable_read fault ends.
     batch = actors.BATCH
-    allowed = batch * (2 * r.counts["kill"] + r.counts["stop"] + 4 * r.counts["restart"])
+    ended = r.counts["restart"] + r.counts["repeatable_read"]
+    allowed = batch * (2 * r.counts["kill"] + r.counts["stop"] + 4 * ended)
     verdicts = []
     for layout in LAYOUTS:
         pushed, uncertain = read_pushes(logs.glob(f"producer-{layout}-*.log"))

@@ -11,6 +11,9 @@ loses nothing already written:
 * ``worker``: a :class:`~dbqueue.worker.Worker` whose handler logs ``key`` per delivery.
 * ``transactional``: pops in ``transactional`` mode and records each key in the table
   ``chaos_done`` in the same transaction: a delivery is recorded exactly when it is consumed.
+  A transaction PostgreSQL refuses to serialize (the database's default isolation level is
+  REPEATABLE READ for a while: :class:`~dbqueue.SnapshotTooOld`) is rolled back and run again,
+  as an application at that level must; its log has a line ``!<error>`` for each.
 
 Every role stops when the file ``<log>.stop`` exists (a worker: on SIGTERM too).
 """
@@ -26,7 +29,15 @@ from typing import Any, TextIO
 import psycopg
 
 from bench.env import child_dsn
-from dbqueue import Field, FieldKind, QueueOptions, QueueSpec, QueueUnavailable, get_dialect
+from dbqueue import (
+    Field,
+    FieldKind,
+    QueueOptions,
+    QueueSpec,
+    QueueUnavailable,
+    SnapshotTooOld,
+    get_dialect,
+)
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.ring import RingQueue
 from dbqueue.split import SplitQueue
@@ -111,7 +122,7 @@ def worker(dsn: str, layout: str, log: str) -> None:
 
 
 def transactional(dsn: str, layout: str, log: str) -> None:
-    q = queue(layout)
+    q, out = queue(layout), _log(log)
     conn: psycopg.Connection[Any] | None = None
     while not _stopped(log):
         try:
@@ -122,6 +133,8 @@ def transactional(dsn: str, layout: str, log: str) -> None:
                     conn.execute("INSERT INTO chaos_done (key) VALUES (%s)", [m.payload["key"]])
             if not got:
                 time.sleep(0.05)
+        except (SnapshotTooOld, psycopg.errors.SerializationFailure) as exc:
+            out.write(f"!{type(exc).__name__}\n")  # rolled back: run it again
         except (QueueUnavailable, psycopg.OperationalError):
             if conn is not None:
                 conn.close()
