@@ -418,7 +418,7 @@ def test_float_specials_are_stored_or_refused_never_lost(
         assert (math.isnan(got) and math.isnan(value)) or got == value
     finally:
         if backend == "postgresql":
-            ex.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"', {})
+            ex.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}", "{spec.head_table}"', {})
 
 
 def test_sqlite_times_keep_a_four_digit_year() -> None:

@@ -55,7 +55,7 @@ def conn(pg_dsn: str, layout: str, table_name: str) -> Iterator[psycopg.Connecti
     drop = (
         drop_ring_statements(spec, POSTGRESQL)
         if ring
-        else [f'DROP TABLE "{spec.table}", "{spec.meta_table}"']
+        else [f'DROP TABLE "{spec.table}", "{spec.meta_table}", "{spec.head_table}"']
     )
     with psycopg.connect(pg_dsn, autocommit=True) as c:
         c.execute("SET synchronous_commit = on")

@@ -68,7 +68,7 @@ def bed(request: pytest.FixtureRequest, table_name: str) -> Iterator[Bed]:
         ex.execute(statement, {})
     yield Bed(SplitQueue(spec, dialect), ex)
     if not isinstance(conn, sqlite3.Connection):
-        conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
+        conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}", "{spec.head_table}"')
     conn.close()
 
 

@@ -33,7 +33,7 @@ def queue(pg_dsn: str, table_name: str) -> Iterator[SplitQueue]:
         for statement in create_statements(spec, POSTGRESQL):
             conn.execute(statement)
         yield SplitQueue(spec, POSTGRESQL)
-        conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
+        conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}", "{spec.head_table}"')
 
 
 def _waiting_on_a_lock(watch: psycopg.Connection[Any], pid: int) -> bool:

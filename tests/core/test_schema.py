@@ -51,7 +51,9 @@ def pg_spec(pg_conn: psycopg.Connection, table_name: str) -> Iterator[QueueSpec]
     for statement in create_statements(spec, PostgreSQL()):
         pg_conn.execute(statement)
     yield spec
-    pg_conn.execute(f'DROP TABLE IF EXISTS "{spec.table}", "{spec.meta_table}"')
+    pg_conn.execute(
+        f'DROP TABLE IF EXISTS "{spec.table}", "{spec.meta_table}", "{spec.head_table}"'
+    )
 
 
 def _pg_columns(conn: psycopg.Connection, table: str) -> dict[str, tuple[str, str]]:

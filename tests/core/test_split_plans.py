@@ -43,7 +43,7 @@ def kept(
             ex.execute(f'ANALYZE "{spec.meta_table}"', {})
             ex.execute(f'ANALYZE "{spec.table}"', {})
         yield queue, ex, request.param
-        ex.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"', {})
+        ex.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}", "{spec.head_table}"', {})
 
 
 def test_pops_use_the_ready_index_among_many_done_rows(

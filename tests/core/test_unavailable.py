@@ -25,7 +25,9 @@ def pg_queue(pg_dsn: str, table_name: str) -> Iterator[SplitQueue]:
         for statement in create_statements(queue.spec, queue.dialect):
             conn.execute(statement)
         yield queue
-        conn.execute(f'DROP TABLE "{queue.spec.table}", "{queue.spec.meta_table}"')
+        conn.execute(
+            f'DROP TABLE "{queue.spec.table}", "{queue.spec.meta_table}", "{queue.spec.head_table}"'
+        )
 
 
 def _terminate(pg_dsn: str, victim: psycopg.Connection) -> None:

@@ -72,7 +72,7 @@ def bed(request: pytest.FixtureRequest, table_name: str) -> Iterator[Bed]:
     yield Bed(backend, conn, table_name, made)
     if not isinstance(conn, sqlite3.Connection):
         for spec in made:
-            conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
+            conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}", "{spec.head_table}"')
     conn.close()
 
 
@@ -320,7 +320,7 @@ def test_pushers_of_one_key_in_open_transactions_make_one_item(
             assert row is not None and row[0] == 1
     finally:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}"')
+            conn.execute(f'DROP TABLE "{spec.table}", "{spec.meta_table}", "{spec.head_table}"')
 
 
 def test_a_retry_through_a_spec_that_does_not_know_the_key_raises_a_clear_error(bed: Bed) -> None:

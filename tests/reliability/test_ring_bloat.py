@@ -198,7 +198,9 @@ def layouts(pg_dsn: str, table: str) -> Iterator[psycopg.Connection[Any]]:
         finally:
             for statement in drop_ring_statements(ring, DIALECT):
                 conn.execute(statement)
-            conn.execute(f'DROP TABLE IF EXISTS "{split.table}", "{split.meta_table}"')
+            conn.execute(
+                f'DROP TABLE IF EXISTS "{split.table}", "{split.meta_table}", "{split.head_table}"'
+            )
 
 
 def test_300_000_messages_leave_the_ring_its_size_and_grow_the_split_layout(

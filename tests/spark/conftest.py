@@ -18,7 +18,12 @@ import pytest
 
 from bench.spark_standalone import StandaloneCluster, standalone_cluster
 from dbqueue import QueueOptions, QueueSpec, get_dialect
-from dbqueue.schema import create_ring_statements, create_statements, drop_ring_statements
+from dbqueue.schema import (
+    create_ring_statements,
+    create_statements,
+    drop_ring_statements,
+    drop_statements,
+)
 from tests.conftest import scratch_database
 from tests.processes import ROOT
 from tests.spark.sessions import OneSession, cluster_session, local_session
@@ -108,8 +113,8 @@ def drop_queue(conn: psycopg.Connection[Any], spec: QueueSpec) -> None:
         for statement in drop_ring_statements(spec, DIALECT):
             conn.execute(statement)
     else:
-        metas = spec.group_meta_tables if spec.fans_out else (spec.meta_table,)
-        conn.execute(f"DROP TABLE IF EXISTS {', '.join(q(t) for t in (spec.table, *metas))}")
+        for statement in drop_statements(spec, DIALECT):
+            conn.execute(statement)
     conn.execute(f"DROP TABLE IF EXISTS {q(spec.stage_table)}")
 
 
