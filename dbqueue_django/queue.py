@@ -49,6 +49,7 @@ class AsyncFront[M](FrontQueue[M]):
     arescue = async_twin(FrontQueue.rescue)
     anext_due = async_twin(FrontQueue.next_due)
     acompact = async_twin(FrontQueue.compact)
+    aupkeep = async_twin(FrontQueue.upkeep)
     astats = async_twin(FrontQueue.stats)
     apushed = async_twin(FrontQueue.pushed)
     apurge = async_twin(FrontQueue.purge)

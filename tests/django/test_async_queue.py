@@ -49,6 +49,7 @@ TWINS = [
     "rescue",
     "next_due",
     "compact",
+    "upkeep",
     "stats",
     "purge",
     "count",
