@@ -8,9 +8,13 @@ holds a REPEATABLE READ transaction for a while, or makes REPEATABLE READ the da
 default isolation level for ``RR_SECONDS`` and ends every session (each process reconnects
 at that level: its pops, acks, pushes, rescues, the upkeep of its worker or keeper, and the
 transactional consumer's transactions; sessions opened meanwhile keep it after the reset).
-Then the producers stop, the queues drain,
-the workers stop, and :mod:`bench.chaos.check` judges every queue. It prints a table, writes
-``chaos.md`` and ``chaos.json`` to the output folder, and exits 1 if a check failed.
+All along, the dumper takes a ``pg_dump`` every few seconds, in a database where ``FILLERS``
+other tables come before the queues' (pg_dump locks them late), and checks that each dump
+holds every message pushed before it started and not taken before its snapshot (among them
+``HELD_BACK`` messages of the split queue, due once the faults end). Then the producers
+stop, the queues drain, the workers stop, and :mod:`bench.chaos.check` judges every queue and
+the dumps. It prints a table, writes ``chaos.md`` and ``chaos.json`` to the output folder,
+and exits 1 if a check failed.
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ from typing import Any
 import psycopg
 
 from bench.chaos import actors
-from bench.chaos.check import Verdict, judge, read_deliveries, read_pushes
+from bench.chaos.check import Verdict, judge, read_deliveries, read_dumps, read_pushes
 from bench.chaos.cluster import Cluster
 from bench.env import child_environ
+from bench.pgtools import pg_program
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.schema import create_ring_statements, create_statements
 
@@ -48,6 +53,14 @@ ROUND = ("kill", "kill", "kill", "stop", "long_tx", "restart", "repeatable_read"
 #: ``repeatable_read`` fault (other faults go on meanwhile: kills, restarts...).
 RR_SECONDS = 20.0
 DRAIN_PATIENCE = 180.0
+#: Messages pushed into the split queue before the faults, due only once they end: the workers
+#: take every other message within moments, these are in every dump.
+HELD_BACK = 2_000
+#: How the report names the queue consumed by transactional pops.
+TX_QUEUE = "split, transactional pops"
+#: Tables created before the queues': a pg_dump locks the tables it dumps one by one after
+#: taking its snapshot, the queues' after these (what a compaction of old had time to empty).
+FILLERS = 300
 
 
 class Run:
@@ -94,7 +107,7 @@ class Run:
             proc.send_signal(signal.SIGCONT)
         elif fault == "repeatable_read":
             self.cluster.default_isolation("repeatable read")
-            self.cluster.end_sessions()
+            self.cluster.end_sessions(sparing=actors.DUMP_APPLICATION)  # the dumps go on
             self._rr_until = time.monotonic() + RR_SECONDS
         else:
             _hold_a_snapshot(self.cluster.dsn, seconds=5.0)
@@ -137,12 +150,27 @@ def _hold_a_snapshot(dsn: str, seconds: float) -> None:
 
 def _setup(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f"DO $$ BEGIN FOR i IN 1..{FILLERS} LOOP "
+            "EXECUTE format('CREATE TABLE chaos_filler_%s (id int PRIMARY KEY)', i); "
+            "END LOOP; END $$"
+        )
         for layout in (*LAYOUTS, "tx"):
             q = actors.queue(layout)
             make = create_ring_statements if layout == "ring" else create_statements
             for statement in make(q.spec, q.dialect):
                 conn.execute(statement)
         conn.execute("CREATE TABLE chaos_done (key text NOT NULL)")
+
+
+def _push_held_back(dsn: str, logs: Path, due: dt.datetime) -> None:
+    """``HELD_BACK`` messages into the split queue, due at ``due``, logged as a producer's."""
+    keys = [f"held:{n}" for n in range(HELD_BACK)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        actors.queue("split").push_many(
+            PsycopgExecutor(conn), [{"key": k} for k in keys], run_at=due
+        )
+    (logs / "producer-split-held.log").write_text("".join(f"+{k}\n" for k in keys))
 
 
 def _ring_size(dsn: str) -> int:
@@ -181,6 +209,8 @@ def run(minutes: float, out: Path) -> int:
     started = dt.datetime.now(dt.UTC)
     try:
         _setup(cluster.dsn)
+        due = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=minutes, seconds=10)
+        _push_held_back(cluster.dsn, logs, due)
         size_before = _ring_size(cluster.dsn)
         r = Run(cluster, logs)
         for layout in LAYOUTS:
@@ -189,6 +219,8 @@ def run(minutes: float, out: Path) -> int:
                 r.start(f"worker-{layout}-{i}", "worker", layout)
         r.start("producer-tx-0", "producer", "tx", "tx0")
         r.start("consumer-tx-0", "transactional", "tx")
+        tools = [str(pg_program(name, cluster.dsn)) for name in ("pg_dump", "pg_restore")]
+        r.start("dumper", "dumper", "all", *tools)
         deadline = time.monotonic() + minutes * 60
         faults: list[str] = []
         while time.monotonic() < deadline:
@@ -197,11 +229,12 @@ def run(minutes: float, out: Path) -> int:
             faults.append(r.fault())
             print(f"{time.monotonic() - deadline + minutes * 60:6.1f} s  {faults[-1]}", flush=True)
         r.reset_isolation(now=True)
-        r.stop([n for n in r.procs if n.startswith("producer")])
+        r.stop([n for n in r.procs if n.startswith(("producer", "dumper"))])
         drained = _wait_drained(cluster.dsn)
-        r.stop([n for n in r.procs if not n.startswith("producer")])
+        r.stop([n for n in r.procs if not n.startswith(("producer", "dumper"))])
         size_after = _ring_size(cluster.dsn)
         verdicts = _judge(r, logs, cluster.dsn)
+        dumps = read_dumps(logs / "dumper.log")
     finally:
         try:
             cluster.stop()
@@ -215,9 +248,10 @@ def run(minutes: float, out: Path) -> int:
         "ring_size_before": size_before,
         "ring_size_after": size_after,
         "verdicts": [v.as_dict() for v in verdicts],
+        "dumps": dumps.as_dict(),
     }
     _report(summary, out)
-    return 0 if drained and all(v.ok for v in verdicts) else 1
+    return 0 if drained and all(v.ok for v in verdicts) and dumps.ok else 1
 
 
 def _judge(r: Run, logs: Path, dsn: str) -> list[Verdict]:
@@ -236,7 +270,7 @@ def _judge(r: Run, logs: Path, dsn: str) -> list[Verdict]:
     pushed, uncertain = read_pushes(logs.glob("producer-tx-*.log"))
     with psycopg.connect(dsn, autocommit=True) as conn:
         keys = [row[0] for row in conn.execute("SELECT key FROM chaos_done")]
-    verdicts.append(judge("split, transactional pops", pushed, uncertain, Counter(keys), 0))
+    verdicts.append(judge(TX_QUEUE, pushed, uncertain, Counter(keys), 0))
     return verdicts
 
 
@@ -259,6 +293,24 @@ def _report(summary: dict[str, Any], out: Path) -> None:
             f"| {v['distinct']:,} | {v['lost']:,} | {v['unexpected']:,} | {v['duplicates']:,} "
             f"| {v['allowed_duplicates']:,} | {'yes' if v['ok'] else 'NO'} |"
         )
+    d = summary["dumps"]
+    lines += [
+        "",
+        f"pg_dump: {d['taken']:,} dumps taken, {d['failed']:,} failed (the server restarted "
+        f"under them), {d['checked']:,} checked: each must hold every message pushed before it "
+        f"started and not taken before its snapshot ({d['early']:,} of them checked against "
+        f"the deliveries logged before their snapshot, the rest before their end).",
+        "",
+        "| queue | messages that had to be in the dumps | missing | ok |",
+        "|---|---:|---:|---|",
+    ]
+    for queue, name in (("split", "split"), ("ring", "ring"), ("tx", TX_QUEUE)):
+        items, missing = d["items"].get(queue, 0), d["missing"].get(queue, 0)
+        lines.append(
+            f"| {name} | {items:,} | {missing:,} | {'yes' if d['ok'] and not missing else 'NO'} |"
+        )
+    if d["examples"]:
+        lines += ["", "Missing from their dump: " + ", ".join(d["examples"]) + "."]
     before, after = summary["ring_size_before"], summary["ring_size_after"]
     lines += [
         "",

@@ -14,6 +14,11 @@ loses nothing already written:
   A transaction PostgreSQL refuses to serialize (the database's default isolation level is
   REPEATABLE READ for a while: :class:`~dbqueue.SnapshotTooOld`) is rolled back and run again,
   as an application at that level must; its log has a line ``!<error>`` for each.
+* ``dumper`` (layout ``all``; then the paths of ``pg_dump`` and ``pg_restore`` of the server's
+  release, :func:`bench.pgtools.pg_program`): ``pg_dump -Fc`` of the database every
+  ``DUMP_EVERY`` seconds, each dump checked at once (:mod:`bench.chaos.check`, "the dumps":
+  every message pushed before it started and not taken before its snapshot is in it); a JSON
+  line per dump.
 
 Every role stops when the file ``<log>.stop`` exists (a worker: on SIGTERM too).
 """
@@ -21,6 +26,7 @@ Every role stops when the file ``<log>.stop`` exists (a worker: on SIGTERM too).
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,7 +34,8 @@ from typing import Any, TextIO
 
 import psycopg
 
-from bench.env import child_dsn
+from bench.chaos.check import Outstanding, copied_rows, dump_line, ring_keys, split_keys
+from bench.env import child_dsn, libpq_environ
 from dbqueue import (
     Field,
     FieldKind,
@@ -49,6 +56,10 @@ FIELDS = (Field("key", FieldKind.TEXT, max_length=40),)
 LEASE = dt.timedelta(seconds=3)
 RING_CAPACITY = 4096
 BATCH = 20
+#: Seconds between two dumps of the dumper; and its sessions' application_name, which the
+#: repeatable_read fault spares (bench.chaos.__main__).
+DUMP_EVERY = 2.0
+DUMP_APPLICATION = "pg_dump"
 
 
 def spec(layout: str) -> QueueSpec:
@@ -142,6 +153,79 @@ def transactional(dsn: str, layout: str, log: str) -> None:
             time.sleep(0.2)
 
 
+#: Whether a pg_dump session holds a lock on a table of the run's own (a filler's, a queue's):
+#: it locks them after the first query of its transaction, which took its snapshot.
+_DUMP_LOCKED = (
+    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
+    "JOIN pg_class c ON c.oid = l.relation WHERE a.application_name = %s "
+    "AND a.pid <> pg_backend_pid() AND a.datname = current_database() "
+    "AND c.relnamespace = 'public'::regnamespace)"
+)
+
+
+def _snapshot_taken(dsn: str, proc: subprocess.Popen[str]) -> bool:
+    """Wait until the pg_dump of ``proc`` has taken its snapshot (see ``_DUMP_LOCKED``); False
+    if it ended first, or the server could not tell (restarting)."""
+    try:
+        with psycopg.connect(
+            dsn, autocommit=True, connect_timeout=2, application_name=DUMP_APPLICATION
+        ) as conn:
+            while proc.poll() is None:
+                row = conn.execute(_DUMP_LOCKED, [DUMP_APPLICATION]).fetchone()
+                if row is not None and row[0]:
+                    return True
+                time.sleep(0.002)
+    except psycopg.Error:
+        pass
+    return False
+
+
+def dumper(dsn: str, log: str, pg_dump: str, pg_restore: str) -> None:
+    out, logs = _log(log), Path(log).parent
+    outstanding = Outstanding(logs)
+    path = logs / "chaos.pgdump"
+    split, ring, tx = spec("split"), spec("ring"), spec("tx")
+    tables = [split.table, split.meta_table, ring.table, ring.failed_table, tx.table]
+    tables += [tx.meta_table, "chaos_done"]
+    index = 0
+    while not _stopped(log):
+        outstanding.read_pushes()  # returned before pg_dump starts
+        required = {queue: set(keys) for queue, keys in outstanding.keys.items()}
+        proc = subprocess.Popen(
+            [pg_dump, "-Fc", "-f", str(path)], env=libpq_environ(dsn),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        # What the workers took before its snapshot is in their logs before its first lock on
+        # a table of ours (a key is logged before its ack): read there, or else after its end.
+        early = _snapshot_taken(dsn, proc)
+        taken = outstanding.read_deliveries() if early else {}
+        _, errors = proc.communicate(timeout=600)
+        if not early:
+            taken = outstanding.read_deliveries()
+        for queue, keys in taken.items():
+            required[queue] = required.get(queue, set()) - keys
+        if proc.returncode != 0:  # the server crash-restarted under it
+            out.write(dump_line(index, None, error=errors.strip()[-300:]) + "\n")
+        else:
+            data = subprocess.run(
+                [pg_restore, "--data-only", "-f", "-", *(f"--table={t}" for t in tables),
+                 str(path)],
+                capture_output=True, text=True, timeout=600, check=True,
+            ).stdout  # fmt: skip
+            rows = copied_rows(data)
+            finished = {str(row["key"]) for row in rows.get("chaos_done", [])}
+            held = {
+                "split": split_keys(rows, split.table, split.meta_table),
+                "ring": ring_keys(rows, ring.table, ring.failed_table),
+                "tx": split_keys(rows, tx.table, tx.meta_table) | finished,
+            }
+            required = {queue: required.get(queue, set()) for queue in held}
+            out.write(dump_line(index, required, held, early=early) + "\n")
+            outstanding.taken("tx", finished)  # consumed for good
+        index += 1
+        time.sleep(DUMP_EVERY)
+
+
 def main(argv: list[str]) -> None:
     role, layout, log, *rest = argv
     dsn = child_dsn()
@@ -149,6 +233,8 @@ def main(argv: list[str]) -> None:
         producer(dsn, layout, log, rest[0])
     elif role == "worker":
         worker(dsn, layout, log)
+    elif role == "dumper":
+        dumper(dsn, log, rest[0], rest[1])
     else:
         transactional(dsn, layout, log)
 

@@ -47,15 +47,16 @@ class Cluster:
             name = sql.Identifier(conn.info.dbname)
             conn.execute(sql.SQL("ALTER DATABASE {} {}").format(name, setting))
 
-    def end_sessions(self) -> int:
-        """End every client session of the run's database but this one's
-        (``pg_terminate_backend``): their clients reconnect, with the database's defaults of
-        now. How many were ended."""
+    def end_sessions(self, *, sparing: str) -> int:
+        """End every client session of the run's database but this one's and those of the
+        application ``sparing`` (``pg_terminate_backend``): their clients reconnect, with the
+        database's defaults of now. How many were ended."""
         with self._admin() as conn:
             row = conn.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                "AND backend_type = 'client backend'"
+                "AND backend_type = 'client backend' AND application_name <> %s",
+                [sparing],
             ).fetchone()
         return int(row[0]) if row else 0
 
