@@ -235,6 +235,13 @@ def run(minutes: float, out: Path) -> int:
         size_after = _ring_size(cluster.dsn)
         verdicts = _judge(r, logs, cluster.dsn)
         dumps = read_dumps(logs / "dumper.log")
+        compactions = {
+            layout: sum(
+                len(path.read_text(encoding="utf-8").splitlines())
+                for path in logs.glob(f"worker-{layout}-*.log{actors.COMPACTIONS_SUFFIX}")
+            )
+            for layout in LAYOUTS
+        }
     finally:
         try:
             cluster.stop()
@@ -249,6 +256,7 @@ def run(minutes: float, out: Path) -> int:
         "ring_size_after": size_after,
         "verdicts": [v.as_dict() for v in verdicts],
         "dumps": dumps.as_dict(),
+        "compactions": compactions,
     }
     _report(summary, out)
     return 0 if drained and all(v.ok for v in verdicts) and dumps.ok else 1
@@ -312,10 +320,13 @@ def _report(summary: dict[str, Any], out: Path) -> None:
     if d["examples"]:
         lines += ["", "Missing from their dump: " + ", ".join(d["examples"]) + "."]
     before, after = summary["ring_size_before"], summary["ring_size_after"]
+    compacted = summary["compactions"]
     lines += [
         "",
         f"The ring's table: {before / 1024:,.0f} KiB before, {after / 1024:,.0f} KiB after "
-        f"({after / before:.2f}x).",
+        f"({after / before:.2f}x). Compactions by the workers: "
+        + ", ".join(f"{n:,} of the {layout} queue" for layout, n in compacted.items())
+        + " (the transactional consumer's keeper does not log its own).",
         "",
     ]
     text = "\n".join(lines)

@@ -8,7 +8,9 @@ loses nothing already written:
   returned logs ``+key``. On :class:`~dbqueue.QueueUnavailable` it waits, reconnects, and
   pushes the same key again if the message is known not stored, else logs ``?key`` (its
   outcome is unknown: it may or may not be in the queue) and goes on with the next key.
-* ``worker``: a :class:`~dbqueue.worker.Worker` whose handler logs ``key`` per delivery.
+* ``worker``: a :class:`~dbqueue.worker.Worker` whose handler logs ``key`` per delivery; each
+  compaction its maintenance thread runs (due from ``MIN_GROWTH``) is a line of
+  ``<log>.compactions``.
 * ``transactional``: pops in ``transactional`` mode and records each key in the table
   ``chaos_done`` in the same transaction: a delivery is recorded exactly when it is consumed.
   A transaction PostgreSQL refuses to serialize (the database's default isolation level is
@@ -26,6 +28,7 @@ Every role stops when the file ``<log>.stop`` exists (a worker: on SIGTERM too).
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import subprocess
 import sys
 import time
@@ -48,6 +51,7 @@ from dbqueue import (
 from dbqueue.drivers.psycopg import PsycopgExecutor
 from dbqueue.ring import RingQueue
 from dbqueue.split import SplitQueue
+from dbqueue.upkeep import compaction
 from dbqueue.worker import Consumer, Worker
 from dbqueue.worker_queue import ExecutorQueue
 
@@ -60,6 +64,11 @@ BATCH = 20
 #: repeatable_read fault spares (bench.chaos.__main__).
 DUMP_EVERY = 2.0
 DUMP_APPLICATION = "pg_dump"
+#: Where a worker writes a line per compaction its maintenance thread ran: ``<log>`` + this.
+COMPACTIONS_SUFFIX = ".compactions"
+#: The growth that makes a compaction due in the workers (the default 4 MiB: a compaction
+#: every minute or two here), so that compactions meet the faults and the dumps.
+MIN_GROWTH = 256 * 1024
 
 
 def spec(layout: str) -> QueueSpec:
@@ -117,8 +126,24 @@ def producer(dsn: str, layout: str, log: str, name: str) -> None:
         n += 1
 
 
+def _log_compactions(log: str) -> None:
+    """Write the worker's compactions (its maintenance thread's INFO lines) to
+    ``<log>.compactions``, a line each; its warnings still go to stderr."""
+    logger = logging.getLogger("dbqueue.worker")
+    logger.setLevel(logging.INFO)
+    compactions = logging.FileHandler(log + COMPACTIONS_SUFFIX, encoding="utf-8")
+    compactions.setLevel(logging.INFO)
+    compactions.addFilter(lambda record: "compacted," in record.getMessage())
+    warnings = logging.StreamHandler()
+    warnings.setLevel(logging.WARNING)
+    logger.addHandler(compactions)
+    logger.addHandler(warnings)
+
+
 def worker(dsn: str, layout: str, log: str) -> None:
     out = _log(log)
+    _log_compactions(log)
+    compaction.MIN_GROWTH = MIN_GROWTH
 
     def handle(m: Any) -> None:
         out.write(f"{m.payload['key']}\n")
