@@ -19,7 +19,7 @@ two, and the dump held it empty (24 of 30 dumps). Here, in a database of its own
   ``MIN_GROWTH`` lowered; the dumps' snapshots, and a REPEATABLE READ transaction held a while
   midway, make the tables grow);
 - ``pg_dump -Fc`` runs ``DUMPS`` times; just before each, one snapshot records the items each
-  queue holds.
+  queue holds; every other one is stalled after its snapshot by a lock on a filler table.
 
 Then each dump's queue tables are restored into a fresh database (``FULL_RESTORES`` of them
 whole, and popped through the core there). What a dump must hold: every item the snapshot
@@ -30,13 +30,15 @@ data and meta rows in pairs; and no item whose push had returned before the snap
 it and that this snapshot did not see (acked before: a row "back" would be one that
 compaction resurrected). Compactions that rewrote the tables while the dumps ran are counted
 (asserted non-zero: else the test proves nothing), and those that ran between a dump's
-transaction start and its lock on the queue's tables, the window TRUNCATE emptied.
+transaction start and its lock on the queue's tables, the window TRUNCATE emptied (asserted
+non-zero too).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import os
+import statistics
 import subprocess
 import threading
 import time
@@ -86,6 +88,10 @@ DELAYED = 300
 DUMPS = int(os.environ.get("DBQUEUE_BACKUP_DUMPS", "12"))
 GAP = 1.0
 FULL_RESTORES = 3
+#: Seconds every other pg_dump waits, after its snapshot, for a lock another session holds on
+#: a filler table (as a migration would), before it locks the queues' tables: the compactions
+#: meanwhile run in the window TRUNCATE emptied (short without it: a few tens of ms).
+STALL = 0.5
 #: The growth that makes a compaction due for the worker and the keepers (the queues here are
 #: small); and a REPEATABLE READ transaction of ``HOLD`` seconds after a third of the dumps.
 MIN_GROWTH = 64 * 1024
@@ -358,20 +364,30 @@ class Site:
     # -- dumps --------------------------------------------------------------------------------
 
     def dump(self, index: int) -> Dump:
-        """What each queue holds (one snapshot), then ``pg_dump -Fc`` of the database."""
+        """What each queue holds (one snapshot), then ``pg_dump -Fc`` of the database; every
+        other one stalled ``STALL`` seconds between its snapshot and its locks on the queues'
+        tables (see ``STALL``)."""
         with self.connect() as conn:
             seen_at = time.time()
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             seen = {q.table: q.live(conn) for q in QUEUES}
             conn.execute("COMMIT")
         path = self.tmp / f"dump-{index}.pgdump"
-        started = time.time()
-        done = subprocess.run(
-            [str(self.pg_dump), "-Fc", "-f", str(path)],
-            env=libpq_environ(self.dsn), capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        with self.connect() as blocker:
+            if index % 2 == 0:
+                blocker.execute("BEGIN")
+                blocker.execute(f"LOCK TABLE filler_{FILLERS // 2} IN ACCESS EXCLUSIVE MODE")
+            started = time.time()
+            proc = subprocess.Popen(
+                [str(self.pg_dump), "-Fc", "-f", str(path)], env=libpq_environ(self.dsn),
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            if index % 2 == 0:
+                time.sleep(STALL)
+                blocker.execute("COMMIT")
+            _, errors = proc.communicate(timeout=120)
         ended = time.time()
-        assert done.returncode == 0, done.stderr
+        assert proc.returncode == 0, errors
         return Dump(index, path, seen_at, started, ended, seen)
 
     @contextmanager
@@ -538,6 +554,7 @@ def test_every_dump_holds_every_item_committed_before_it(site: tuple[Site, Actor
         for (index, table), w in windows.items()
         if w is not None and c.table == table and w[0] <= c.start and c.end <= w[1]
     ]
+    spans = [w[1] - w[0] for w in windows.values() if w is not None]
     by_path = {p: sum(c.path == p for c in rewrote) for p in PATHS}
     tried = {p: sum(c.path == p for c in events.compactions) for p in PATHS}
     pushed, taken = sum(map(len, events.pushes.values())), sum(map(len, events.pops.values()))
@@ -547,7 +564,8 @@ def test_every_dump_holds_every_item_committed_before_it(site: tuple[Site, Actor
         f"compactions that rewrote the tables "
         f"by path {by_path} (tried {tried}), {len(during)} of them while a pg_dump ran, "
         f"{len(in_window)} between a dump's transaction start and its lock on the queue "
-        f"({sum(w is not None for w in windows.values())} windows seen); missing "
+        f"({len(spans)} windows seen, median {statistics.median(spans or [0]) * 1000:.0f} ms); "
+        f"missing "
         f"{len(missing)}, back {len(back)}, damaged {len(damaged)}"
     )
     assert not missing, missing[:20]
@@ -555,6 +573,7 @@ def test_every_dump_holds_every_item_committed_before_it(site: tuple[Site, Actor
     assert not damaged, damaged[:20]
     assert all(by_path.values()), f"a path never compacted: {by_path}"
     assert during, "no compaction rewrote the tables while a pg_dump ran: the test proved nothing"
+    assert in_window, "no compaction rewrote a queue between a dump's snapshot and its lock"
 
 
 def popped_whole(conn: psycopg.Connection[Any], dump: Dump) -> list[str]:
