@@ -5,6 +5,7 @@ not wait for their WAL flush, the client clock where the database has none, and 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from typing import Any
 
@@ -15,6 +16,8 @@ from dbqueue.outage import is_outage, sqlstate, unavailable
 from dbqueue.rows import NumberRow
 from dbqueue.spec import QueueSpec
 from dbqueue.sql import Statement, render
+
+log = logging.getLogger(__name__)
 
 #: The SQLSTATE of a serialization failure: a REPEATABLE READ or SERIALIZABLE transaction
 #: tried to change a row changed after its snapshot was taken.
@@ -162,4 +165,15 @@ class Statements:
         if now - self._last_notify < every:
             return
         self._last_notify = now
-        self._run(ex, "notify", {"channel": self.spec.channel})
+        if ex.in_transaction():  # its failure is the caller's transaction's: nothing committed
+            self._run(ex, "notify", {"channel": self.spec.channel})
+            return
+        # Outside a transaction the write before it has committed: whatever happens to the
+        # notification (the session ended between the two statements: a DBA's
+        # pg_terminate_backend, a pooler, a fast shutdown) must not make the caller believe
+        # nothing was written, or a producer that retries on ``stored=False`` writes it twice.
+        # The workers miss one wake-up and find the item by polling.
+        try:
+            self._run(ex, "notify", {"channel": self.spec.channel})
+        except Exception as exc:
+            log.warning("%s: written, but its wake-up was not sent: %s", self.spec.table, exc)
