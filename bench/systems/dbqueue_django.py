@@ -6,7 +6,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from bench.systems.base import PAYLOAD, System, Tally, serve_loop
 
@@ -38,7 +38,11 @@ class DBQueueDjango(System):
     workloads = frozenset(
         {"push_single", "push_batch", "drain", "cycle", "pairs", "steady", "bloat", "longtx"}
     )
-    tables = ("benchapp_benchjob", "benchapp_benchjob_meta", "benchapp_benchjob_head")
+    tables: ClassVar[tuple[str, ...]] = (
+        "benchapp_benchjob",
+        "benchapp_benchjob_meta",
+        "benchapp_benchjob_head",
+    )
     database = DJANGO_DATABASE
 
     def __init__(self, dsn: str, alias: str | None = None) -> None:
