@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 #: The SQLSTATE of a serialization failure: a REPEATABLE READ or SERIALIZABLE transaction
 #: tried to change a row changed after its snapshot was taken.
-_SERIALIZATION_FAILURE = "40001"
+SERIALIZATION_FAILURE = "40001"
 #: What marks a statement that takes the ``commit`` parameter (see ``_relaxed`` in
 #: sql/postgresql/common.sql and :attr:`~dbqueue.spec.QueueOptions.durable_acks`).
 RELAXED = "set_config('synchronous_commit'"
@@ -105,7 +105,7 @@ class Statements:
             return self._missing(exc)
         if isinstance(exc, DBQueueError):
             return exc
-        if in_transaction and sqlstate(exc) == _SERIALIZATION_FAILURE:
+        if in_transaction and sqlstate(exc) == SERIALIZATION_FAILURE:
             return SnapshotTooOld(self.spec.table, operation)
         if is_outage(exc):
             return unavailable(exc, self.spec.table, operation, in_transaction)

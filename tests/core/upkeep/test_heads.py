@@ -183,6 +183,32 @@ def test_an_advance_that_read_a_head_before_it_was_lowered_leaves_it(bed: Bed) -
     lowering.close()
 
 
+def test_an_advance_at_repeatable_read_that_meets_a_lowering_moves_nothing(bed: Bed) -> None:
+    """With REPEATABLE READ as the upkeep connection's default, the advance that waited for a
+    lowering's lock fails with a serialization failure instead of leaving the row: the step
+    moves nothing, raises nothing, and the next one advances."""
+    q, ex = bed.queue, bed.ex
+    bed.upkeep.connection.execute("SET default_transaction_isolation = 'repeatable read'")
+    q.push(ex, {"n": 1})
+    q.ack(ex, q.pop_batch(ex, 1))
+    bed.advance(4)
+    lowering = bed.other()
+    q.push(executor_for(PG, lowering), {"n": 2}, run_at=PAST)  # locks priority 0's row
+    pending = bed.heads._pending
+    assert pending is not None
+    bed.heads._pending = pending._replace(writers=[])  # race the lowering on purpose
+    moved: list[int] = []
+    thread = threading.Thread(target=lambda: moved.append(bed.heads.step(q, bed.upkeep)))
+    thread.start()
+    thread.join(0.5)
+    lowering.commit()
+    thread.join()
+    assert moved == [0]
+    assert bed.head_rows()[0] == PAST
+    assert bed.pop_ns() == [2]
+    lowering.close()
+
+
 def test_a_priority_whose_row_is_gone_is_found_again(bed: Bed) -> None:
     q, ex = bed.queue, bed.ex
     q.push_many(ex, [{"n": i} for i in range(3)], priority=4)
