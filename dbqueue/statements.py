@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 #: The SQLSTATE of a serialization failure: a REPEATABLE READ or SERIALIZABLE transaction
 #: tried to change a row changed after its snapshot was taken.
 SERIALIZATION_FAILURE = "40001"
+#: How many times a statement run outside a transaction is run again after a serialization
+#: failure (see ``Statements._run``).
+CONFLICT_RETRIES = 3
 #: What marks a statement that takes the ``commit`` parameter (see ``_relaxed`` in
 #: sql/postgresql/common.sql and :attr:`~dbqueue.spec.QueueOptions.durable_acks`).
 RELAXED = "set_config('synchronous_commit'"
@@ -60,7 +63,23 @@ class Statements:
         return self.statements[f"{self.layout}_{operation}"]
 
     def _run(self, ex: Executor, operation: str, params: dict[str, Any]) -> list[Row]:
-        """Run the layout's statement for ``operation`` (see :meth:`_statement`)."""
+        """Run the layout's statement for ``operation`` (see :meth:`_statement`).
+
+        Outside a transaction, a statement that met a serialization failure (REPEATABLE READ
+        made the connection's default by a role or a driver option: a row it would change was
+        changed since its snapshot, where READ COMMITTED would have read it again) rolled back
+        whole and is run again, up to ``CONFLICT_RETRIES`` times, each with a new snapshot;
+        inside the caller's transaction only the caller can start a new one
+        (:class:`~dbqueue.SnapshotTooOld`)."""
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                return self._run_once(ex, operation, params)
+            except Exception as exc:
+                if ex.in_transaction() or sqlstate(exc) != SERIALIZATION_FAILURE:
+                    raise
+        return self._run_once(ex, operation, params)
+
+    def _run_once(self, ex: Executor, operation: str, params: dict[str, Any]) -> list[Row]:
         stmt = self._statement(operation)
         params = {**self._params(), **params}
         # A write is known not stored if the statement was never sent, or ran in a transaction

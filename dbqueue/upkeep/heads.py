@@ -39,9 +39,8 @@ import time
 from typing import Any, NamedTuple
 
 from dbqueue.executor import Executor
-from dbqueue.outage import sqlstate
 from dbqueue.rows import ValueRow
-from dbqueue.statements import SERIALIZATION_FAILURE, Statements
+from dbqueue.statements import Statements
 
 #: Seconds between two looks for priorities whose rows are missing from the head table (a push
 #: writes its priority's row; one deleted by hand would hide its items until then).
@@ -76,16 +75,7 @@ class Heads:
         if pending is not None:
             if _still_writing(queue, ex, pending.writers):
                 return 0
-            try:
-                moved = len(queue._run(ex, "head_advance", {"cap": pending.cap}))
-            except Exception as exc:
-                # The connection's default is REPEATABLE READ (a role's or a driver option's):
-                # a head row lowered while the advance waited for its lock fails the whole
-                # statement, where READ COMMITTED leaves that row (its xmin changed). Nothing
-                # moved; the next step advances from a new view.
-                if sqlstate(exc) != SERIALIZATION_FAILURE:
-                    raise
-                moved = 0
+            moved = len(queue._run(ex, "head_advance", {"cap": pending.cap}))
         row = queue._rows(ex, "head_writers", {}, WritersRow)[0]
         self._pending = WritersRow(row.cap, list(row.writers or []))
         return moved

@@ -185,8 +185,9 @@ def test_an_advance_that_read_a_head_before_it_was_lowered_leaves_it(bed: Bed) -
 
 def test_an_advance_at_repeatable_read_that_meets_a_lowering_moves_nothing(bed: Bed) -> None:
     """With REPEATABLE READ as the upkeep connection's default, the advance that waited for a
-    lowering's lock fails with a serialization failure instead of leaving the row: the step
-    moves nothing, raises nothing, and the next one advances."""
+    lowering's lock fails with a serialization failure instead of leaving the row: it is run
+    again with a new view, which sees what the lowering made ready, and the step raises
+    nothing."""
     q, ex = bed.queue, bed.ex
     bed.upkeep.connection.execute("SET default_transaction_isolation = 'repeatable read'")
     q.push(ex, {"n": 1})
