@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from django.conf import settings
@@ -124,4 +124,31 @@ class DjangoExecutor:
         return None if connector is None else connector()
 
     def atomic(self) -> AbstractContextManager[object]:
+        conn = self.connection
+        if self._dialect.name == "sqlite" and conn.get_autocommit() and not conn.in_atomic_block:
+            return _immediate(conn, transaction.atomic(using=self.alias))
         return transaction.atomic(using=self.alias)
+
+
+@contextmanager
+def _immediate(conn: BaseDatabaseWrapper, block: AbstractContextManager[object]) -> Iterator[None]:
+    """``block`` (an outermost ``atomic()`` on SQLite) begun with ``BEGIN IMMEDIATE``, as the
+    core's own SQLite driver begins its transactions: a deferred one reads under a shared lock
+    first, and its first write, while a worker's pop holds the write lock and waits for readers
+    to commit, fails at once with "database is locked" (SQLite's busy handler would deadlock,
+    so it is not called) where an immediate one waits its turn. The connection's own
+    ``transaction_mode`` (Django's OPTIONS) applies again to every other block."""
+    conn.ensure_connection()
+    mode = getattr(conn, "transaction_mode", None)
+    conn.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
+    try:
+        block.__enter__()
+    finally:
+        conn.transaction_mode = mode  # type: ignore[attr-defined]
+    try:
+        yield
+    except BaseException as exc:
+        if not block.__exit__(type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        block.__exit__(None, None, None)
