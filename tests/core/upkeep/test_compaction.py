@@ -187,6 +187,7 @@ def q_after(q: RingQueue | SplitQueue, before: list[Any]) -> list[int]:
 
 
 @pytest.mark.postgresql
+@pytest.mark.solo  # what it skips for: not for another worker's held horizon
 def test_a_transaction_holding_the_queue_makes_compaction_skip(bed: Bed) -> None:
     q, ex = bed.queue, bed.ex
     other = executor_for(q.dialect, psycopg.connect(bed.dsn, autocommit=True))
@@ -278,6 +279,7 @@ def test_sqlite_has_nothing_to_compact(sqlite_conn: sqlite3.Connection, layout: 
 
 
 @pytest.mark.postgresql
+@pytest.mark.solo  # what it skips for: not for another worker's held horizon
 def test_a_long_transaction_that_read_the_queue_keeps_compaction_away(bed: Bed) -> None:
     """A report that read the queue in REPEATABLE READ holds a lock on its tables until it
     ends: compaction skips (it never waits longer than its lock timeout), and the report's
