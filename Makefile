@@ -22,7 +22,7 @@ LOADTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help venv browser pgbouncer demo demo-spark test test-fast test-spark-cluster test-django52 test-sqlalchemy20 chaos loadtest bench bench-quick bench-sync-off bench-ring-storage bench-compaction-cost bench-ring-when-full bench-lease bench-ring-partitions bench-spark-archive bench-spark-push bench-spark-stream lint format typecheck check screenshots docs docs-serve clean distclean
+.PHONY: help venv browser pgbouncer demo demo-spark test test-soak test-fast test-spark-cluster test-django52 test-sqlalchemy20 chaos loadtest bench bench-quick bench-sync-off bench-ring-storage bench-compaction-cost bench-ring-when-full bench-lease bench-ring-partitions bench-spark-archive bench-spark-push bench-spark-stream lint format typecheck check screenshots docs docs-serve clean distclean
 
 help: ## List the targets with a one-line description
 	@echo "Usage: make <target> [VENV=.venv] [PYTHON=/path/to/python3.12] [PYTEST_ARGS=...]"
@@ -89,6 +89,13 @@ demo-spark: venv ## Spark demo: 1M page views pushed from a DataFrame, drained, 
 # browser installs the Chromium the admin's layout test drives.
 test: venv docs browser pgbouncer $(STAMP52) $(STAMP20) ## Build the docs (strict), run the whole test suite (PostgreSQL and SQLite), then the Django 5.2 LTS and SQLAlchemy 2.0 runs
 	$(PY) scripts/run_tests.py --also django52 $(VENV52)/bin/python --also sqlalchemy20 $(VENV20)/bin/python $(PYTEST_ARGS)
+
+# The soak tests (marker `soak`): minutes of load each, the whole benchmark through every system,
+# a short chaos run, the load test, the Spark demo. `make test` leaves them out to stay under
+# 20 minutes on 2 cores (tests/conftest.py, --soak); run them before a release and after
+# changing the bench, the chaos run or the demos.
+test-soak: venv ## Run the soak tests only (whole bench, chaos, load test, Spark demo), about 15 minutes
+	$(PY) scripts/run_tests.py --soak=only $(PYTEST_ARGS)
 
 # The edit-test loop: what needs neither PostgreSQL nor Spark (unit tests, SQLite), without the
 # solo storage tests. The whole suite, and CI, is `make check`.

@@ -24,6 +24,10 @@ keeper.disable()
 #: What ``--solo`` selects: the tests marked ``solo`` measure storage on a machine doing
 #: nothing else, so scripts/run_tests.py runs them alone after the parallel run.
 SOLO_CHOICES = ("all", "exclude", "only")
+#: What ``--soak`` selects: the tests marked ``soak`` put minutes of load on the machine (the
+#: whole benchmark, a chaos run, the load test, the Spark demo); ``make test`` leaves them out
+#: and ``make test-soak`` runs them.
+SOAK_CHOICES = ("exclude", "all", "only")
 #: What ``--spark-cluster`` selects among the Spark cluster tests (tests/spark/test_cluster.py):
 #: the short set ``make test`` runs, or every one of them (``make test-spark-cluster``).
 CLUSTER_CHOICES = ("short", "full")
@@ -35,6 +39,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=SOLO_CHOICES,
         default="all",
         help="run the tests marked solo too (all), leave them out (exclude) or run only them",
+    )
+    parser.addoption(
+        "--soak",
+        choices=SOAK_CHOICES,
+        default="exclude",
+        help="the soak tests (minutes of load each): leave them out (exclude, the default), "
+        "run them too (all) or run only them (make test-soak)",
     )
     parser.addoption(
         "--spark-cluster",
@@ -49,6 +60,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Last, after -m, -k and --deselect: what is counted below is what the run selected.
     if config.getoption("--spark-cluster") == "short":
         _deselect(config, items, lambda item: item.get_closest_marker("cluster_full") is None)
+    soak = config.getoption("--soak")
+    if soak != "all":
+        wanted = soak == "only"
+        _deselect(
+            config, items, lambda item: (item.get_closest_marker("soak") is not None) == wanted
+        )
     choice = config.getoption("--solo")
     if choice == "all":
         return

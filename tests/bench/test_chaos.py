@@ -31,6 +31,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.mark.postgresql
+@pytest.mark.soak  # two minutes of kills and restarts: make test-soak
 def test_a_short_chaos_run_loses_nothing(tmp_path: Path) -> None:
     pytest.importorskip("pgserver", reason="the embedded extra provides the cluster")
     done = subprocess.run(

@@ -82,6 +82,7 @@ def _run(out: Path, *args: str, module: str) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.soak  # every system, peers included: eight minutes on 2 cores (make test-soak)
 def test_every_system_through_the_quick_workloads(tmp_path: Path) -> None:
     systems = ",".join(OURS + FIXED + PEERS + VARIANTS + FLOOR + ASYNC)
     quick = ("--quick", "--scale", "0.002", "--pairs", "2", "--pair-seconds", "0.3")

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.postgresql
 @pytest.mark.slow
+@pytest.mark.soak  # a minute of gunicorn under load: make test-soak
 def test_the_short_load_test_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     env = {
         **os.environ,

@@ -37,6 +37,7 @@ def _demo_spark(database: str, out: Path, rows: int) -> str:
     return result.stdout
 
 
+@pytest.mark.soak  # a million page views twice, about two minutes: make test-soak
 def test_demo_spark_twice(demo_pg_url: str, tmp_path: Path) -> None:
     # The second run starts afresh: only its own rows are archived, charted and counted.
     for rows in (2_000, 1_500):
