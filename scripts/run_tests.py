@@ -47,28 +47,28 @@ TESTS_FAILED = 1
 SUITES: dict[str, list[str]] = {
     # Django 5.2 LTS: the Django-facing tests. Only the reliability tests that go through
     # runqueueworker (the ring's concurrency and bloat tests drive the core alone); not the
-    # SQLAlchemy fronts, which do not touch Django, nor the conformance suite's core fronts;
-    # not Spark (a JVM each, ~2 minutes; the Django commands that start Spark use only the
+    # SQLAlchemy fronts, which do not touch Django; not the conformance suite, whose cases
+    # run the same SQL through the same executor on every version (tests/django covers the
+    # executor's use of Django's transaction state, which is what a version could change); not
+    # Spark (a JVM each, ~2 minutes; the Django commands that start Spark use only the
     # management API both versions share); not Django's own Tasks tests (django_tasks):
     # Django 5.2 has no Tasks framework.
     "django52": [
         "tests/django",
-        "tests/conformance",
         "tests/docs",
         "tests/example",
         "tests/reliability/test_crashes.py",
         "-m",
         "not sqlalchemy and not spark and not django_tasks",
-        "-k",
-        "not core-pg and not core-sqlite",
     ],
     # SQLAlchemy 2.0, the lowest the package accepts: the SQLAlchemy tests (Alembic and the
-    # CLI included) and the conformance suite's SQLAlchemy fronts, sync and asyncio; not
-    # Spark (a JVM each; the archive command's SQLAlchemy part is the CLI's, tested here).
+    # CLI included) and the conformance suite's SQLAlchemy fronts, sync and asyncio, and the
+    # SQLAlchemy tutorial; not Spark (a JVM each; the archive command's SQLAlchemy part is the
+    # CLI's, tested here).
     "sqlalchemy20": [
         "tests/sqlalchemy",
         "tests/conformance",
-        "tests/docs",
+        "tests/docs/test_sqlalchemy_tutorial.py",
         "-m",
         "sqlalchemy and not spark",
     ],
