@@ -94,30 +94,6 @@ MIN_GROWTH = 4 * 1024 * 1024
 SETTLE = 5.0
 SETTLED_GROWTH = 0.2
 
-#: How a compaction's skip begins when a transaction holds the xmin horizon.
-HELD = "a transaction holds the xmin horizon"
-
-#: The transaction that holds the horizon, as the id its snapshot's xmin or its own xid is:
-#: the oldest of the xmins and xids of every session, of the replication slots and of the
-#: prepared transactions. While it is the same as at a compaction that found the tables
-#: pinned, the next attempt skips at once, without the plain VACUUM each attempt begins
-#: with: under a held horizon that VACUUM reads every page of the grown tables (none is all
-#: visible), and each one, every 15 s, cost the queue's pops 15 s of slower service (a
-#: split queue's p99 at 1,000 msg/s went from 11.5 ms to 231 ms over a 300-s hold,
-#: bench/reports/2026-12-07-longtx-vacuum-spikes.md). A role that may not see other
-#: sessions' xmins (pg_read_all_stats) reads none of theirs: each attempt vacuums, as before.
-HORIZON_SQL = """
-SELECT x::text FROM (
-    SELECT backend_xmin AS x FROM pg_stat_activity
-    UNION ALL SELECT backend_xid FROM pg_stat_activity
-    UNION ALL SELECT xmin FROM pg_replication_slots
-    UNION ALL SELECT transaction FROM pg_prepared_xacts
-) AS holders
-WHERE x IS NOT NULL
-ORDER BY age(x) DESC
-LIMIT 1
-"""
-
 #: The SQLSTATE of a role that may not vacuum a table (PostgreSQL mostly warns and skips it
 #: instead, which ``_rewrite`` finds in its file not changing).
 _NOT_ALLOWED = "42501"
@@ -180,8 +156,8 @@ def compact(
     if pinned:
         pages = sum(t.pages - t.visible for t in pinned)
         why = (
-            f"{HELD}: {pages} pages of the queue's tables keep row versions a snapshot may "
-            f"still see; compacted once it ends"
+            f"a transaction holds the xmin horizon: {pages} pages of the queue's tables keep "
+            f"row versions a snapshot may still see; compacted once it ends"
         )
         return CompactResult(False, before, vacuumed, skipped=why)
     worst = max(tables, key=lambda t: t.live)
@@ -251,6 +227,13 @@ CHECK_EVERY = 0.1
 #: skip up to ``RETRY_MAX``: a transaction holding the horizon may stay for hours, and each
 #: attempt vacuums the grown tables, but once it ends the tables must be back to their size
 #: within a minute (each attempt then finds the horizon free).
+#: The VACUUM an attempt begins with is not wasted while the horizon stays held, though it can
+#: free nothing: measured at 1,000 msg/s under a 300-s snapshot, attempts that skipped it while
+#: the same transaction held the horizon let the split queues' service collapse to 150-550
+#: msg/s once their tables passed ~150 MB, 240 s into the hold (p99 31 s core, 48 ms through
+#: SQLAlchemy), where vacuuming at every attempt served 0.997x with a p99 of 231 ms
+#: (bench/reports/2026-12-07-longtx-skip-vacuum.md, -longtx-vacuum-spikes.md). Why it helps is
+#: not established yet; the dips of service that remain coincide with autovacuum's runs.
 RETRY_FIRST, RETRY_MAX = 1.0, 15.0
 
 
@@ -265,9 +248,6 @@ class Growth:
         self._pause = RETRY_FIRST
         self._last = 0  # the size at the last look, and since when it has been that size
         self._since = time.monotonic()
-        #: What held the horizon when the last compaction found the tables pinned (see
-        #: ``HORIZON_SQL``), or None.
-        self.held_by: str | None = None
 
     def due(self, current: int) -> bool:
         """True if a queue of ``current`` bytes should be compacted now: at the first look,
@@ -303,12 +283,6 @@ class Growth:
             self._retry_at = time.monotonic() + self._pause
             self._pause = min(self._pause * 2, RETRY_MAX)
 
-    def still_held(self) -> None:
-        """The transaction that pinned the tables at the last compaction still holds the
-        horizon: look again in ``RETRY_FIRST`` seconds (a look is one cheap statement, and the
-        sooner one sees it gone, the sooner the tables are given back)."""
-        self._retry_at = time.monotonic() + RETRY_FIRST
-
 
 def compact_if_grown(queue: Statements, ex: Executor, growth: Growth) -> CompactResult | None:
     """Compact if the tables have grown enough since ``growth``'s baseline (see
@@ -318,17 +292,6 @@ def compact_if_grown(queue: Statements, ex: Executor, growth: Growth) -> Compact
     current = size(queue, ex)
     if not growth.due(current):
         return None
-    rows = ex.execute(HORIZON_SQL, {})
-    holder = str(rows[0][0]) if rows else None
-    if holder is not None and holder == growth.held_by:
-        growth.still_held()
-        why = (
-            f"{HELD}: the transaction that pinned the tables at the last compaction (xmin or "
-            f"xid {holder}) is still open; compacted once it ends"
-        )
-        return CompactResult(False, current, current, skipped=why)
     result = compact(queue, ex, before=current)
-    pinned = result.skipped is not None and result.skipped.startswith(HELD)
-    growth.held_by = holder if pinned else None
     growth.record(result)
     return result

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -236,61 +235,6 @@ def test_compact_if_grown_waits_for_growth_and_for_the_horizon(
     result = q.compact_if_grown(ex)
     assert result is not None and result.compacted
     assert q.compact_if_grown(ex) is None  # back to its baseline
-
-
-def vacuums(ex: Executor, table: str) -> int:
-    """How many times ``table`` was vacuumed by hand (a compaction's VACUUM is one)."""
-    rows = ex.execute(
-        "SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = %(t)s::regclass", {"t": table}
-    )
-    return int(rows[0][0])
-
-
-@pytest.mark.postgresql
-@pytest.mark.solo  # another worker's test ending its transaction would change the holder
-def test_while_the_same_transaction_holds_the_horizon_no_attempt_vacuums_again(
-    bed: Bed, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Under a held horizon a VACUUM reads every page of the grown tables for nothing: once a
-    compaction found them pinned, the next attempts only look whether the transaction that
-    pinned them is still open (one statement), and compact once it has ended."""
-    clock = Clock()
-    monkeypatch.setattr(compaction.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(compaction, "MIN_GROWTH", 256 * 1024)  # a small queue's growth
-    q, ex = bed.queue, bed.ex
-    table = q.spec.meta_table if isinstance(q, SplitQueue) else q.spec.table
-    bed.pass_messages(CAPACITY * 2)
-    q.compact_if_grown(ex)
-    holder = bed.hold_horizon()
-    try:
-        bed.pass_messages(5_000)
-        first = q.compact_if_grown(ex)  # vacuums, and finds the tables pinned
-        assert first is not None and first.skipped is not None and first.skipped.startswith(HELD)
-        before = vacuums(ex, table)
-        for _ in range(3):
-            clock.now += compaction.RETRY_MAX
-            again = q.compact_if_grown(ex)
-            assert again is not None and again.skipped is not None
-            assert again.skipped.startswith(HELD) and "is still open" in again.skipped
-        assert vacuums(ex, table) == before
-    finally:
-        holder.close()
-    clock.now += compaction.RETRY_FIRST  # a look a second later sees it gone
-    assert compacted_when_due(q, ex, clock).compacted
-
-
-def compacted_when_due(
-    q: RingQueue | SplitQueue, ex: Executor, clock: Clock
-) -> compaction.CompactResult:
-    """``compact_if_grown`` until it compacts: a test on another xdist worker may hold the
-    horizon meanwhile (see tests/core/upkeep/support.py)."""
-    for _ in range(300):
-        result = q.compact_if_grown(ex)
-        if result is not None and result.compacted:
-            return result
-        clock.now += compaction.RETRY_MAX
-        time.sleep(0.2)
-    raise AssertionError("never compacted")
 
 
 @pytest.mark.postgresql
