@@ -10,7 +10,7 @@ import datetime as dt
 import random
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -169,14 +169,7 @@ def test_an_advance_that_read_a_head_before_it_was_lowered_leaves_it(bed: Bed) -
     cap = pending.cap
     # The advance's statement, as a step would run it (the writer list is bypassed: this
     # races the lowering on purpose), in a thread, waits for the lowering's lock.
-    moved: list[int] = []
-    thread = threading.Thread(
-        target=lambda: moved.append(len(q._run(bed.upkeep, "head_advance", {"cap": cap})))
-    )
-    thread.start()
-    thread.join(0.5)
-    lowering.commit()
-    thread.join()
+    moved = while_lowering(lowering, lambda: len(q._run(bed.upkeep, "head_advance", {"cap": cap})))
     assert moved == [0]
     assert bed.head_rows()[0] == PAST
     assert bed.pop_ns() == [2]
@@ -198,12 +191,7 @@ def test_an_advance_at_repeatable_read_that_meets_a_lowering_moves_nothing(bed: 
     pending = bed.heads._pending
     assert pending is not None
     bed.heads._pending = pending._replace(writers=[])  # race the lowering on purpose
-    moved: list[int] = []
-    thread = threading.Thread(target=lambda: moved.append(bed.heads.step(q, bed.upkeep)))
-    thread.start()
-    thread.join(0.5)
-    lowering.commit()
-    thread.join()
+    moved = while_lowering(lowering, lambda: bed.heads.step(q, bed.upkeep))
     assert moved == [0]
     assert bed.head_rows()[0] == PAST
     assert bed.pop_ns() == [2]
@@ -253,3 +241,15 @@ def test_under_a_held_horizon_the_pops_walk_no_more_than_the_last_advance_left(
     finally:
         holder.close()
     assert bed.pop_ns() == [-1]
+
+
+def while_lowering(lowering: Any, advance: Callable[[], int]) -> list[int]:
+    """Run ``advance`` in a thread, where it waits for the lock ``lowering`` (a connection whose
+    transaction lowered a head) holds; commit the lowering; what ``advance`` returned."""
+    moved: list[int] = []
+    thread = threading.Thread(target=lambda: moved.append(advance()))
+    thread.start()
+    thread.join(0.5)
+    lowering.commit()
+    thread.join()
+    return moved
