@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable
 
 from dbqueue import RingQueue, SplitQueue
 from dbqueue.executor import Executor
@@ -32,9 +33,15 @@ def compacted(
 def unpinned(queue: RingQueue | SplitQueue, ex: Executor) -> compaction.CompactResult:
     """``queue.compact(ex)``, tried again for a while as long as it finds the horizon held (by
     a test on another xdist worker, see :func:`compacted`)."""
+    return while_held(lambda: queue.compact(ex))
+
+
+def while_held(compact: Callable[[], compaction.CompactResult]) -> compaction.CompactResult:
+    """Call ``compact`` (any front's ``compact``) again for a while as long as it skips for a
+    held horizon: a test on another xdist worker may hold one (see :func:`compacted`)."""
     deadline = time.monotonic() + 60
     while True:
-        result = queue.compact(ex)
+        result = compact()
         held = result.skipped is not None and result.skipped.startswith(HELD)
         if not held or time.monotonic() > deadline:
             return result

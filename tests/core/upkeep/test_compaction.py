@@ -212,6 +212,7 @@ def test_compaction_refuses_to_run_in_the_callers_transaction(bed: Bed) -> None:
 
 
 @pytest.mark.postgresql
+@pytest.mark.solo  # it needs the horizon free once its holder ends: no other worker's
 def test_compact_if_grown_waits_for_growth_and_for_the_horizon(
     bed: Bed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
