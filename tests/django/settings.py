@@ -34,6 +34,8 @@ DATABASES = {
 }
 
 INSTALLED_APPS = [
+    # The test suite's flush command, in place of Django's (cheaper between tests).
+    "tests.django.flushing",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
