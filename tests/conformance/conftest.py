@@ -23,14 +23,16 @@ from tests.conformance.fronts import (
     sa_model,
 )
 
-_DJANGO_DB = pytest.mark.django_db(transaction=True, databases=["default", "sqlite"])
+# Each Django front flushes only the database it uses after each test (0.1 s to 0.3 s each).
+_DJANGO_PG = pytest.mark.django_db(transaction=True, databases=["default"])
+_DJANGO_SQLITE = pytest.mark.django_db(transaction=True, databases=["sqlite"])
 _PG, _SQLITE = pytest.mark.postgresql, pytest.mark.sqlite
 
 _FRONT_KINDS = [
     ("core", "postgresql", "core-pg", [_PG]),
     ("core", "sqlite", "core-sqlite", [_SQLITE]),
-    ("django", "postgresql", "django-pg", [_PG, pytest.mark.django, _DJANGO_DB]),
-    ("django", "sqlite", "django-sqlite", [_SQLITE, pytest.mark.django, _DJANGO_DB]),
+    ("django", "postgresql", "django-pg", [_PG, pytest.mark.django, _DJANGO_PG]),
+    ("django", "sqlite", "django-sqlite", [_SQLITE, pytest.mark.django, _DJANGO_SQLITE]),
     ("sa", "postgresql", "sa-pg", [_PG, pytest.mark.sqlalchemy]),
     ("sa", "sqlite", "sa-sqlite", [_SQLITE, pytest.mark.sqlalchemy]),
     ("sa-async", "postgresql", "sa-async-pg", [_PG, pytest.mark.sqlalchemy]),

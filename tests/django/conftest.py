@@ -12,6 +12,23 @@ from tests.django.aliases import ALIASES
 from tests.django.routing import OneDatabase
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test run on one alias (the ``alias`` fixture's) flushes only that database after it,
+    unless marked ``both_databases``: the other one's flush cost each test 0.05 to 0.3 s."""
+    for item in items:
+        params = getattr(item, "callspec", None)
+        alias = params.params.get("alias") if params is not None else None
+        marker = item.get_closest_marker("django_db")
+        if not isinstance(alias, str) or marker is None:
+            continue
+        if item.get_closest_marker("both_databases"):
+            continue
+        databases = marker.kwargs.get("databases")
+        if isinstance(databases, list | tuple) and alias in databases and len(databases) > 1:
+            only = pytest.mark.django_db(*marker.args, **{**marker.kwargs, "databases": [alias]})
+            item.add_marker(only, append=False)
+
+
 @pytest.fixture(params=ALIASES)
 def alias(request: pytest.FixtureRequest) -> str:
     """Each database alias in turn (PostgreSQL, SQLite)."""

@@ -71,6 +71,7 @@ def test_many_are_deleted_in_batches(alias: str) -> None:
     assert remaining(alias) == {keep}
 
 
+@pytest.mark.both_databases
 def test_the_other_database_is_left_alone(alias: str) -> None:
     other = "sqlite" if alias == "default" else "default"
     kept = task_rows.result(other, "SUCCESSFUL", 2 * WEEK).pk

@@ -78,6 +78,7 @@ def test_a_beat_forgets_the_workers_gone_for_a_day(alias: str) -> None:
     assert sorted(kept) == ["new", "recent"]
 
 
+@pytest.mark.both_databases
 def test_the_heartbeat_writes_each_queue_into_its_own_database(alias: str) -> None:
     ping: Any = build_worker([handler(Ping)], database=alias).consumers[0].queue
     beat = WorkerReport("w", "host", 1, STARTED, False, (QueueActivity(ping, 4, 0),))
@@ -101,6 +102,7 @@ def received() -> Iterator[list[str]]:
     RECEIVED.clear()
 
 
+@pytest.mark.both_databases
 def test_a_worker_leaves_what_it_handled_per_queue(alias: str, received: list[str]) -> None:
     Ping.queue.using(alias).push_many([{"message": "ok"}] * 6 + [{"message": "boom"}])
     Tick.queue.using(alias).push_many([{"symbol": "A", "price": 1}, {"symbol": "B", "price": 2}])
