@@ -217,7 +217,7 @@ UPDATE {meta} AS m
 SET state = {state_leased}, attempts = m.attempts + 1,
     lease_until = statement_timestamp() + %(lease)s::interval
 FROM picked
-WHERE m.id = picked.id
+WHERE m.id = picked.id AND m.id = ANY(ARRAY(SELECT id FROM picked))  -- by key: see split.sql
 RETURNING m.id, m.attempts;
 
 -- spark_target_split --

@@ -75,7 +75,7 @@ WITH {_acked}, {_ack_then_lease};
 -- rows no other group holds are deleted by the second statement.
 WITH {_picked}, m AS (
     DELETE FROM {meta} AS m USING picked
-    WHERE m.id = picked.id
+    WHERE m.id = picked.id AND m.id = ANY(ARRAY(SELECT id FROM picked))  -- by key: split.sql
     RETURNING m.id, m.attempts, m.priority, m.run_at, m.last_error
 ), d AS (
     SELECT d.* FROM {data} AS d
