@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,36 @@ def test_a_keeper_extends_its_batches_until_dropped_or_stopped(
     time.sleep(2 * LEASE.total_seconds())
     assert rescued(spark_dsn, split) == 10
     assert keeper.lost == 0
+
+
+def test_an_extension_meeting_an_acknowledgement_waits_and_loses_nothing(
+    spark_dsn: str, spark_conn: psycopg.Connection[Any], split: QueueSpec
+) -> None:
+    """An extension that begins while the stream acknowledges a batch waits for it, then
+    extends only what is still in flight: the acknowledged batch is neither extended nor
+    counted lost (read before the wait, it was both, and the stream warned of lost leases)."""
+    core = SplitQueue(split, DIALECT)
+    push(spark_conn, split, range(10))
+    ex = executor_for(DIALECT, spark_conn)
+    tokens = [(m.id, m.attempts) for m in core.pop_batch(ex, 10, lease=LEASE)]
+    keeper = LeaseKeeper(spark_dsn, lambda: core, LEASE)
+    keeper.hold(1, tokens)
+    keeper.stop()  # its thread ends before its first beat: this test extends by hand
+    with psycopg.connect(spark_dsn, autocommit=True) as other:
+        started = threading.Event()
+
+        def extend() -> None:
+            started.set()
+            keeper.extend_now(other)
+
+        extension = threading.Thread(target=extend)
+        with keeper.settling(1):
+            extension.start()
+            started.wait()
+            time.sleep(0.2)  # (the extension is at its lock by now, not that it matters)
+            assert sorted(core.ack(ex, tokens)) == [t[0] for t in tokens]
+        extension.join()
+    assert (keeper.extended, keeper.lost, keeper.held()) == (0, 0, 0)
 
 
 def test_a_batch_slower_than_its_lease_keeps_its_items(
