@@ -111,6 +111,7 @@ class Handling(WorkerBase):
                 left, why = (failed, errors) if states is None else ([], [])
                 self._leave(queue, ok if acked is None else [], left, why)
                 return states or {}
+            started = time.monotonic()
             try:
                 if acked is None:
                     acked = queue.ack(ok) if ok else []
@@ -133,7 +134,7 @@ class Handling(WorkerBase):
                     if outcome is not None:
                         states, gave_up = outcome
                         refused += gave_up
-        self._reached(queue, retry)
+        self._reached(queue, retry, started)
         self._count_lost(queue, len(ok) - len(acked) + len(failed) - len(states) - refused)
         return states
 

@@ -82,6 +82,7 @@ class Leases(WorkerBase):
             if self._abandoned.is_set():  # no more tries: the leases are left to expire
                 return
             queue = batch.queue
+            started = time.monotonic()
             try:
                 queue.extend(batch.items)
                 batch.extended_at = now
@@ -97,7 +98,7 @@ class Leases(WorkerBase):
                 )
                 quietly(queue.disconnect)
             else:
-                self._outages.reached(queue)
+                self._outages.reached(queue, started)
 
 
 def touch(path: Path, touching: bool = True) -> bool:

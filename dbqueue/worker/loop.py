@@ -320,6 +320,7 @@ class Worker(Handling, Maintenance, Leases, Signals):
                     if n == 0:  # max_messages reached
                         self.stop()
                         break
+                    started = time.monotonic()
                     try:
                         if pending is not None:
                             acked, items = queue.ack_pop(pending.items, n)
@@ -333,7 +334,7 @@ class Worker(Handling, Maintenance, Leases, Signals):
                         self._database_error(queue, exc, retry, operation)
                         errored = True
                         continue
-                    self._reached(queue, retry)
+                    self._reached(queue, retry, started)
                     self._unclaim(n - len(items))
                     if items:
                         worked = True

@@ -119,10 +119,11 @@ class Maintenance(WorkerBase):
             return None
 
     def _rescue(self, queue: WorkerQueue) -> None:
+        started = time.monotonic()
         result = self._guarded(queue, "rescue", queue.rescue)
         if result is None:
             return
-        self._outages.reached(queue)  # (a rescue is a statement: the database answered)
+        self._outages.reached(queue, started)  # (a rescue is a statement: it answered)
         self.tallies.rescued(queue.name, ready=result.ready, failed=result.failed)
         if result.ready or result.failed:
             # Expired leases (and, on a ring, stranded messages): a worker died or overran.

@@ -109,11 +109,16 @@ class Outages:
             self._down[queue.database] = (since, queue, exc)
         return now - since
 
-    def reached(self, queue: WorkerQueue) -> None:
-        """``queue``'s database answered: whatever outage it had is over."""
+    def reached(self, queue: WorkerQueue, started: float) -> None:
+        """``queue``'s database answered a statement sent at ``started`` (monotonic): an
+        outage met since it was sent is not over (the statement went through before it began:
+        cleared by it, a SIGTERM right after the outage began was taken for a plain stop and
+        waited on acks that could not be sent); an older one is."""
         if self._down:  # (a dict read is atomic: no lock for the common case)
             with self._lock:
-                self._down.pop(queue.database, None)
+                found = self._down.get(queue.database)
+                if found is not None and found[0] <= started:
+                    del self._down[queue.database]
 
     def longest(self) -> tuple[float, WorkerQueue, BaseException] | None:
         """The outage going on for longest: seconds, and the queue and error met last; None
@@ -221,10 +226,10 @@ class WorkerBase:
         log.error("%s", why)
         self.stop(release_unstarted=True)
 
-    def _reached(self, queue: WorkerQueue, retry: Retry) -> None:
-        """A worker thread's statement on ``queue`` went through."""
+    def _reached(self, queue: WorkerQueue, retry: Retry, started: float) -> None:
+        """A worker thread's statement on ``queue``, sent at ``started``, went through."""
         retry.reset()
-        self._outages.reached(queue)
+        self._outages.reached(queue, started)
 
     def _give_up_if_due(self) -> None:
         """Give up (WorkerGaveUp) once a database has been out of reach for ``reconnect_for``

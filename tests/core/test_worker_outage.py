@@ -9,16 +9,20 @@ import os
 import re
 import signal
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from itertools import pairwise
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from dbqueue import WorkerGaveUp
 from dbqueue.message import Message, State
 from dbqueue.worker import Consumer, Worker
+from dbqueue.worker.state import Outages
 from tests.core.cutbed import PATIENCE, Cut, cut_queue, join_worker_threads, run_in_thread
 
 pytestmark = pytest.mark.postgresql
@@ -196,3 +200,17 @@ def test_a_waiting_worker_says_each_failure_once_per_quiet_for(cut: Cut, watch: 
     compaction = next(rs for c, rs in by_cause.items() if "upkeep" in str(c))
     assert all(r.dbqueue_left_out > 0 for r in compaction[1:])  # type: ignore[attr-defined]
     assert compaction[-1].getMessage().endswith(" more since)")
+
+
+def test_a_statement_sent_before_an_outage_began_does_not_end_it() -> None:
+    """An outage ends when the database answers a statement sent after it began: one sent
+    before (a lease extension, an ack, in flight as the connection broke) answers for a
+    moment already past, and a SIGTERM right after must still find the worker in the outage."""
+    outages = Outages()
+    queue: Any = SimpleNamespace(name="q", database="db")
+    sent = time.monotonic()
+    outages.failed(queue, OSError("connection refused"))
+    outages.reached(queue, sent)
+    assert outages.longest() is not None
+    outages.reached(queue, time.monotonic())
+    assert outages.longest() is None
