@@ -66,6 +66,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _deselect(
             config, items, lambda item: (item.get_closest_marker("soak") is not None) == wanted
         )
+    _longest_groups_first(items)
     choice = config.getoption("--solo")
     if choice == "all":
         return
@@ -78,6 +79,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+#: The xdist groups that take longest, in the order they start: each runs on one test process
+#: (a JVM each: tests/spark/conftest.py), so one started last would run alone at the end of
+#: the run while the other process idles (minutes of the run, on two cores).
+LONGEST_GROUPS = ("spark", "spark-cluster")
+
+
+def _longest_groups_first(items: list[pytest.Item]) -> None:
+    """Put the tests of :data:`LONGEST_GROUPS` first (each group's tests in their order), so
+    ``--dist loadgroup`` hands those groups out first and the rest fills around them."""
+
+    def rank(item: pytest.Item) -> int:
+        marker = item.get_closest_marker("xdist_group")
+        name = marker.args[0] if marker is not None and marker.args else None
+        return LONGEST_GROUPS.index(name) if name in LONGEST_GROUPS else len(LONGEST_GROUPS)
+
+    items.sort(key=rank)  # stable: the order within each rank stays
 
 
 def _deselect(
