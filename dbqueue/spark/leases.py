@@ -90,7 +90,6 @@ class LeaseKeeper:
 
     def extend_now(self, conn: Any) -> None:
         """Extend every lease in flight once, on ``conn``."""
-        front: ExecutorFront[Message] = ExecutorFront(self.core(), PsycopgExecutor(conn))
         # The batches are read under _busy: read before it, a batch acknowledged meanwhile
         # was extended too, found no longer held, and counted lost (seen in CI).
         with self._busy:
@@ -98,6 +97,7 @@ class LeaseKeeper:
                 tokens = [t for batch in self._batches.values() for t in batch]
             if not tokens:
                 return
+            front: ExecutorFront[Message] = ExecutorFront(self.core(), PsycopgExecutor(conn))
             kept = front.extend(tokens, lease=self.lease)
         self.extended += len(kept)
         if len(kept) < len(tokens):

@@ -19,9 +19,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         params = getattr(item, "callspec", None)
         alias = params.params.get("alias") if params is not None else None
         marker = item.get_closest_marker("django_db")
-        if not isinstance(alias, str) or marker is None:
-            continue
-        if item.get_closest_marker("both_databases"):
+        if (
+            not isinstance(alias, str)
+            or marker is None
+            or item.get_closest_marker("both_databases")
+        ):
             continue
         databases = marker.kwargs.get("databases")
         if isinstance(databases, list | tuple) and alias in databases and len(databases) > 1:

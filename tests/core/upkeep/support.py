@@ -22,12 +22,7 @@ def compacted(
     """``queue.compact(ex)``, tried again for a while until it compacts: a test on another
     xdist worker may hold a transaction with an xid meanwhile, which pins the horizon of every
     database of the server (each new snapshot's xmin is at most that xid)."""
-    deadline = time.monotonic() + 60
-    while True:
-        result = queue.compact(ex, lock_timeout=lock_timeout)
-        if result.compacted or time.monotonic() > deadline:
-            return result
-        time.sleep(0.2)
+    return _retried(lambda: queue.compact(ex, lock_timeout=lock_timeout), _not_compacted)
 
 
 def unpinned(queue: RingQueue | SplitQueue, ex: Executor) -> compaction.CompactResult:
@@ -39,10 +34,25 @@ def unpinned(queue: RingQueue | SplitQueue, ex: Executor) -> compaction.CompactR
 def while_held(compact: Callable[[], compaction.CompactResult]) -> compaction.CompactResult:
     """Call ``compact`` (any front's ``compact``) again for a while as long as it skips for a
     held horizon: a test on another xdist worker may hold one (see :func:`compacted`)."""
+    return _retried(compact, _held)
+
+
+def _not_compacted(result: compaction.CompactResult) -> bool:
+    return not result.compacted
+
+
+def _held(result: compaction.CompactResult) -> bool:
+    return result.skipped is not None and result.skipped.startswith(HELD)
+
+
+def _retried(
+    compact: Callable[[], compaction.CompactResult],
+    again: Callable[[compaction.CompactResult], bool],
+) -> compaction.CompactResult:
+    """``compact()``, called again every 0.2 s for up to 60 s while ``again`` says so."""
     deadline = time.monotonic() + 60
     while True:
         result = compact()
-        held = result.skipped is not None and result.skipped.startswith(HELD)
-        if not held or time.monotonic() > deadline:
+        if not again(result) or time.monotonic() > deadline:
             return result
         time.sleep(0.2)
